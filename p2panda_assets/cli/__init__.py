@@ -1,0 +1,1 @@
+"""The `panda` command: thin over the protocol, engine, store and Dagster layers."""

@@ -1,0 +1,95 @@
+"""Reason codes: the one documented list of why an entry or message is not applied.
+
+Every rejection in the product carries exactly one `Reason`. Decoders raise
+`P2pandaError` and nothing else, so callers can record the code and move on to the
+good data beside it. Pending states use the `awaiting-*` codes: they say what an
+entry waits for, not that it is wrong.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Reason(StrEnum):
+    """Why an entry or message was rejected (or, for `AWAITING_*`, what it waits for)."""
+
+    # --- bamboo entry bytes ---------------------------------------------------------
+    TRUNCATED = "truncated"  # the bytes end inside a field
+    TRAILING_BYTES = "trailing-bytes"  # bytes left after the signature
+    UNKNOWN_TAG = "unknown-tag"  # first byte is neither 0x00 (entry) nor 0x01 (end of log)
+    NON_CANONICAL_VARU64 = "non-canonical-varu64"  # a varu64 not in its shortest form
+    SEQ_ZERO = "seq-zero"  # seq num 0; logs start at 1
+    BAD_HASH = "bad-hash"  # unknown hash algorithm or a digest of the wrong length
+    MISSING_LINK = "missing-link"  # an entry to encode lacks a link its seq num requires
+    UNEXPECTED_LINK = "unexpected-link"  # an entry to encode has a link its seq num forbids
+    BAD_SIGNATURE = "bad-signature"  # ed25519 check over fields 1..8 fails (or bad key)
+    PAYLOAD_TOO_LARGE = "payload-too-large"  # payload size above 1 MiB
+    PAYLOAD_SIZE_MISMATCH = "payload-size-mismatch"  # payload length != payload size field
+    PAYLOAD_HASH_MISMATCH = "payload-hash-mismatch"  # payload hash != payload hash field
+    MISSING_PAYLOAD = "missing-payload"  # an entry arrived without its payload
+    # --- bamboo logs ----------------------------------------------------------------
+    BACKLINK_MISMATCH = "backlink-mismatch"  # backlink is not the hash of entry seq-1
+    LIPMAA_MISMATCH = "lipmaa-mismatch"  # lipmaa link is not the hash of entry lipmaa(seq)
+    HASH_ALGORITHM_MISMATCH = "hash-algorithm-mismatch"  # a log mixes YASMF and YAMF
+    FORK = "fork"  # a second, different entry at a taken (author, log, seq), and all after
+    AFTER_END_OF_LOG = "after-end-of-log"  # an entry after an end-of-log entry
+    # --- CBOR -----------------------------------------------------------------------
+    CBOR_MALFORMED = "cbor-malformed"  # not well-formed CBOR, or indefinite lengths
+    CBOR_DUPLICATE_KEY = "cbor-duplicate-key"  # a map repeats a key
+    CBOR_TOO_DEEP = "cbor-too-deep"  # nesting deeper than 16
+    CBOR_NON_TEXT_KEY = "cbor-non-text-key"  # a map key that is not a text string
+    CBOR_UNSUPPORTED = "cbor-unsupported"  # a tag or simple value the messages never use
+    # --- messages -------------------------------------------------------------------
+    UNKNOWN_KIND = "unknown-kind"  # "kind" names no message kind
+    UNKNOWN_KEY = "unknown-key"  # a map key the message kind does not define
+    MISSING_KEY = "missing-key"  # a required key is absent
+    UNEXPECTED_KEY = "unexpected-key"  # a defined key not allowed in this combination
+    BAD_TYPE = "bad-type"  # a value of the wrong CBOR type
+    BAD_VALUE = "bad-value"  # right CBOR type, value out of range or malformed
+    BAD_NAME = "bad-name"  # schema name not 1..64 ASCII characters
+    BAD_FIELD_NAME = "bad-field-name"  # field name empty, > 63 bytes, control chars, or "_..."
+    UNKNOWN_TYPE = "unknown-type"  # a field type that is not in SPEC section 2
+    # --- schema logs (engine) -------------------------------------------------------
+    NOT_SCHEMA_MESSAGE = "not-schema-message"  # an instance message on a schema log
+    FIELD_EXISTS = "field-exists"  # migration creates a field the lens already has
+    FIELD_MISSING = "field-missing"  # migration updates or removes a field the lens lacks
+    DUPLICATE_FIELD_CHANGE = "duplicate-field-change"  # one migration names a field twice
+    BAD_DEFAULT = "bad-default"  # default does not convert to the type or validate
+    BAD_VALIDATION = "bad-validation"  # validation is not a valid RE2 expression
+    BAD_REVERT_TARGET = "bad-revert-target"  # revert target not an earlier version
+    SCHEMA_FROZEN = "schema-frozen"  # after an invalid schema entry, later ones are rejected
+    # --- instance messages (engine) -------------------------------------------------
+    NOT_INSTANCE_MESSAGE = "not-instance-message"  # a schema message on an instance log
+    NOT_AUTHOR = "not-author"  # update/delete of an instance created by another author
+    MIXED_LOG = "mixed-log"  # a log holding instance messages of more than one schema
+    REVERTED_VERSION = "reverted-version"  # create/update naming a dead (reverted) version
+    UNKNOWN_FIELD = "unknown-field"  # a field the named version's lens does not have
+    INVALID_VALUE = "invalid-value"  # value does not fit the field type at its version
+    VALIDATION_FAILED = "validation-failed"  # value fails the field's RE2 validation
+    UNKNOWN_INSTANCE = "unknown-instance"  # update/delete of an instance never created
+    WRONG_SCHEMA = "wrong-schema"  # update/delete naming an instance of another schema
+    INSTANCE_DELETED = "instance-deleted"  # update/delete after the instance was deleted
+    # --- command line and files ---------------------------------------------------
+    BAD_HEX = "bad-hex"  # input that should be hex is not
+    BAD_INPUT = "bad-input"  # a line or file that is not in the documented format
+    UNREADABLE_FILE = "unreadable-file"  # a named file cannot be read
+    KEY_EXISTS = "key-exists"  # `panda key new` would overwrite a key
+    NO_KEY = "no-key"  # a command needs a key and none is stored
+    # --- pending: what an entry waits for -------------------------------------------
+    AWAITING_ENTRY = "awaiting-entry"  # an earlier entry of its log has not arrived
+    AWAITING_SCHEMA = "awaiting-schema"  # the schema (log) is not known or registered
+    AWAITING_VERSION = "awaiting-version"  # the named schema version has not arrived
+
+
+class P2pandaError(Exception):
+    """A typed failure with exactly one reason code and a human message."""
+
+    def __init__(self, reason: Reason, message: str) -> None:
+        super().__init__(f"{reason}: {message}")
+        self.reason = reason
+        self.message = message
+
+    def __reduce__(self) -> tuple[type[P2pandaError], tuple[Reason, str]]:
+        # Keep the exception picklable (Spark ships it between processes).
+        return (type(self), (self.reason, self.message))

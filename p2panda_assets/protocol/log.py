@@ -1,0 +1,112 @@
+"""Chain rules of one bamboo log (author, log id), decided from the set of its entries.
+
+The verdict depends only on *which* entries arrived, never on their order, so any
+interleaving of deliveries gives the same log. Per seq num, walking up from 1:
+
+- an entry whose links point at the accepted predecessors is a *candidate*;
+  one whose links do not is rejected (`backlink-mismatch` / `lipmaa-mismatch`), as is
+  one in another hash algorithm than the log's first entry (`hash-algorithm-mismatch`);
+- one candidate: accepted; if it ends the log, every later entry is `after-end-of-log`;
+- two or more different candidates: a fork; the log stays valid up to the seq before,
+  and every entry from the fork on is rejected with `fork`;
+- no candidate: the walk stops, and every later entry is pending, `awaiting-entry`.
+
+Byte-identical copies of an entry are one entry; the store counts them as duplicates.
+Entries given here have already passed `entry.verify_entry` (signature and payload).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from p2panda_assets.errors import Reason
+from p2panda_assets.protocol.entry import Entry
+from p2panda_assets.protocol.lipmaa import has_lipmaa_link, lipmaa
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    reason: Reason
+    message: str
+
+
+@dataclass(slots=True)
+class LogVerdict:
+    """What the chain rules make of one log's entries (keyed by entry hash)."""
+
+    accepted: list[Entry] = field(default_factory=list)  # in seq order, contiguous from 1
+    rejected: dict[bytes, Rejection] = field(default_factory=dict)
+    pending: dict[bytes, int] = field(default_factory=dict)  # entry hash -> seq it awaits
+
+    @property
+    def ended(self) -> bool:
+        return bool(self.accepted) and self.accepted[-1].end_of_log
+
+
+def validate_log(entries: Iterable[Entry]) -> LogVerdict:
+    """Apply the chain rules to all received entries of one log."""
+    by_seq: dict[int, dict[bytes, Entry]] = defaultdict(dict)
+    for entry in entries:
+        by_seq[entry.seq_num][entry.hash] = entry
+    verdict = LogVerdict()
+    hashes: dict[int, bytes] = {}  # seq -> hash of the accepted entry
+    algorithm = None
+    seq = 1
+    while seq in by_seq:
+        candidates: list[tuple[bytes, Entry]] = []
+        for entry_hash, entry in by_seq[seq].items():
+            if algorithm is not None and entry.algorithm is not algorithm:
+                verdict.rejected[entry_hash] = Rejection(
+                    Reason.HASH_ALGORITHM_MISMATCH,
+                    f"log uses {algorithm.name}, entry uses {entry.algorithm.name}",
+                )
+                continue
+            rejection = _link_rejection(entry, hashes)
+            if rejection is None:
+                candidates.append((entry_hash, entry))
+            else:
+                verdict.rejected[entry_hash] = rejection
+        if len(candidates) > 1:
+            _reject_from(by_seq, seq, verdict, Reason.FORK, f"the log forks at seq {seq}")
+            return verdict
+        if not candidates:
+            break
+        entry_hash, entry = candidates[0]
+        verdict.accepted.append(entry)
+        hashes[seq] = entry_hash
+        algorithm = entry.algorithm
+        if entry.end_of_log:
+            _reject_from(by_seq, seq + 1, verdict, Reason.AFTER_END_OF_LOG, f"log ended at {seq}")
+            return verdict
+        seq += 1
+    for later in by_seq:
+        if later > seq:
+            for entry_hash in by_seq[later]:
+                verdict.pending[entry_hash] = seq
+    return verdict
+
+
+def _link_rejection(entry: Entry, hashes: dict[int, bytes]) -> Rejection | None:
+    seq = entry.seq_num
+    if seq > 1 and entry.backlink != hashes[seq - 1]:
+        return Rejection(Reason.BACKLINK_MISMATCH, f"backlink is not the hash of seq {seq - 1}")
+    if has_lipmaa_link(seq) and entry.lipmaa_link != hashes[lipmaa(seq)]:
+        return Rejection(
+            Reason.LIPMAA_MISMATCH, f"lipmaa link is not the hash of seq {lipmaa(seq)}"
+        )
+    return None
+
+
+def _reject_from(
+    by_seq: dict[int, dict[bytes, Entry]],
+    first_seq: int,
+    verdict: LogVerdict,
+    reason: Reason,
+    message: str,
+) -> None:
+    for seq, entries in by_seq.items():
+        if seq >= first_seq:
+            for entry_hash in entries:
+                verdict.rejected[entry_hash] = Rejection(reason, message)
