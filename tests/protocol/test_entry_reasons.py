@@ -72,8 +72,10 @@ def test_seq_zero() -> None:
     raw = first_entry()
     tampered = raw[:34] + b"\x00" + raw[35:]
     assert reason_of(decode_entry, tampered) is Reason.SEQ_ZERO
-    assert reason_of(lambda: encode_unsigned(author=KEY.public_key, log_id=1, seq_num=0,
-                                             payload=b"")) is Reason.SEQ_ZERO
+    assert (
+        reason_of(lambda: encode_unsigned(author=KEY.public_key, log_id=1, seq_num=0, payload=b""))
+        is Reason.SEQ_ZERO
+    )
 
 
 def test_bad_hash_form() -> None:
@@ -131,19 +133,33 @@ def test_missing_and_unexpected_links_are_refused_when_encoding() -> None:
         Reason.MISSING_LINK
     )
     assert reason_of(lambda: first_entry(backlink=link)) is Reason.UNEXPECTED_LINK
-    assert reason_of(
-        lambda: sign_entry(KEY, log_id=1, seq_num=2, payload=b"", backlink=link, lipmaa_link=link)
-    ) is Reason.UNEXPECTED_LINK
+    assert (
+        reason_of(
+            lambda: sign_entry(
+                KEY, log_id=1, seq_num=2, payload=b"", backlink=link, lipmaa_link=link
+            )
+        )
+        is Reason.UNEXPECTED_LINK
+    )
 
 
 def test_links_in_another_hash_than_the_payload_hash() -> None:
     writer = LogWriter(KEY, 1, algorithm=HashAlgorithm.YAMF)
     writer.append(b"one")
     yasmf_link = HashAlgorithm.YASMF.hash(b"one")
-    assert reason_of(
-        lambda: sign_entry(KEY, log_id=1, seq_num=2, payload=b"two", backlink=yasmf_link,
-                           algorithm=HashAlgorithm.YAMF)
-    ) is Reason.HASH_ALGORITHM_MISMATCH
+    assert (
+        reason_of(
+            lambda: sign_entry(
+                KEY,
+                log_id=1,
+                seq_num=2,
+                payload=b"two",
+                backlink=yasmf_link,
+                algorithm=HashAlgorithm.YAMF,
+            )
+        )
+        is Reason.HASH_ALGORITHM_MISMATCH
+    )
     second = writer.append(b"two")
     # Re-sign seq 2 with its YAMF backlink replaced by a YASMF one: decode must refuse it.
     entry = decode_entry(second)

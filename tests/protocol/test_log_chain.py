@@ -59,8 +59,9 @@ def test_lipmaa_mismatch() -> None:
     writer, entries = write_log(3)
     wrong = entries[1].hash  # seq 4 must skip to seq 1, not 2
     bad = decode_entry(
-        sign_entry(KEY, log_id=1, seq_num=4, payload=b"x", backlink=writer.hashes[3],
-                   lipmaa_link=wrong)
+        sign_entry(
+            KEY, log_id=1, seq_num=4, payload=b"x", backlink=writer.hashes[3], lipmaa_link=wrong
+        )
     )
     verdict = validate_log([*entries, bad])
     assert verdict.rejected[bad.hash].reason is Reason.LIPMAA_MISMATCH
@@ -81,8 +82,14 @@ def test_entries_after_the_end_of_log_are_rejected() -> None:
     writer, entries = write_log(2)
     end = decode_entry(writer.append(b"bye", end_of_log=True))
     after = decode_entry(
-        sign_entry(KEY, log_id=1, seq_num=4, payload=b"late", backlink=end.hash,
-                   lipmaa_link=entries[0].hash)
+        sign_entry(
+            KEY,
+            log_id=1,
+            seq_num=4,
+            payload=b"late",
+            backlink=end.hash,
+            lipmaa_link=entries[0].hash,
+        )
     )
     verdict = validate_log([*entries, end, after])
     assert verdict.ended
@@ -95,8 +102,14 @@ def test_a_log_keeps_the_hash_algorithm_of_its_first_entry() -> None:
     first = decode_entry(yasmf.append(b"one"))
     yamf_link = HashAlgorithm.YAMF.hash(first.raw)
     second = decode_entry(
-        sign_entry(KEY, log_id=1, seq_num=2, payload=b"two", backlink=yamf_link,
-                   algorithm=HashAlgorithm.YAMF)
+        sign_entry(
+            KEY,
+            log_id=1,
+            seq_num=2,
+            payload=b"two",
+            backlink=yamf_link,
+            algorithm=HashAlgorithm.YAMF,
+        )
     )
     verdict = validate_log([first, second])
     assert verdict.rejected[second.hash].reason is Reason.HASH_ALGORITHM_MISMATCH

@@ -1,0 +1,1 @@
+"""Pure schema engine: versions as lenses, conversion, migration and reduction to rows."""
