@@ -64,10 +64,13 @@ class Reason(StrEnum):
     NOT_AUTHOR = "not-author"  # update/delete of an instance created by another author
     MIXED_LOG = "mixed-log"  # a log holding instance messages of more than one schema
     REVERTED_VERSION = "reverted-version"  # create/update naming a dead (reverted) version
+    REJECTED_VERSION = "rejected-version"  # naming a schema version that was itself rejected
     UNKNOWN_FIELD = "unknown-field"  # a field the named version's lens does not have
     INVALID_VALUE = "invalid-value"  # value does not fit the field type at its version
     VALIDATION_FAILED = "validation-failed"  # value fails the field's RE2 validation
     UNKNOWN_INSTANCE = "unknown-instance"  # update/delete of an instance never created
+    DUPLICATE_LOG = "duplicate-log"  # an author's second log for a schema it already has a log for
+    RELATION_CYCLE = "relation-cycle"  # schemas whose relations form a cycle are not built
     WRONG_SCHEMA = "wrong-schema"  # update/delete naming an instance of another schema
     INSTANCE_DELETED = "instance-deleted"  # update/delete after the instance was deleted
     # --- command line and files ---------------------------------------------------

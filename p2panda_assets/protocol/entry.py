@@ -51,16 +51,12 @@ class Entry:
     payload_hash: bytes
     signature: bytes
     raw: bytes
+    hash: bytes  # the entry hash: the hash of `raw`, in the log's algorithm
 
     @property
     def algorithm(self) -> HashAlgorithm:
         """The hash algorithm of the entry's log (every hash in it uses the same one)."""
         return BY_HEADER[self.payload_hash[:2]]
-
-    @property
-    def hash(self) -> bytes:
-        """The entry hash: the hash of the complete entry bytes."""
-        return self.algorithm.hash(self.raw)
 
     @property
     def signed_bytes(self) -> bytes:
@@ -182,6 +178,7 @@ def decode_entry(data: bytes) -> Entry:
         payload_hash=payload_hash,
         signature=data[pos:end],
         raw=data,
+        hash=BY_HEADER[header].hash(data),
     )
 
 

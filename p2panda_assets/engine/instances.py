@@ -1,0 +1,249 @@
+"""Reducing one author's instance log to instances (SPEC section 3, Instances).
+
+Messages apply in log order. A create makes an instance (its id is the entry hash); an
+update or delete changes only an instance of the same author, in the same log. Each
+message's values are checked strictly at the version it names (a value that does not
+fit is a rejected message) and then migrated forward to the latest version. A message
+that must wait (unknown schema or version) holds back the rest of its log, so log order
+is kept when it is applied later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from p2panda_assets.engine.lens import Value
+from p2panda_assets.engine.migrate import migrate_values
+from p2panda_assets.engine.schema_log import SchemaHistory
+from p2panda_assets.engine.validation import validates
+from p2panda_assets.engine.values import interpret
+from p2panda_assets.errors import P2pandaError, Reason
+from p2panda_assets.protocol.log import Rejection
+from p2panda_assets.protocol.messages import (
+    Create,
+    Delete,
+    InstanceMessage,
+    Message,
+    Update,
+    VersionedSchema,
+    is_instance_message,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """A versioned schema reference resolved against the known schema logs."""
+
+    history: SchemaHistory
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A reference that cannot be resolved yet (`awaiting-*`), or never (`rejected`)."""
+
+    reason: Reason
+    message: str
+    rejected: bool = False
+
+
+Resolver = Callable[[VersionedSchema], Resolved | Waiting]
+OwnerLookup = Callable[[bytes], tuple[bytes, int] | None]
+"""Entry hash of a create message anywhere -> (author, log id) holding it (or None)."""
+
+
+@dataclass(slots=True)
+class Instance:
+    """An instance being reduced: its current values and who wrote each of them."""
+
+    id: bytes
+    author: bytes
+    values: dict[str, Value]
+    version: int
+    seq: int
+    created_by: bytes
+    writers: dict[str, bytes] = field(default_factory=dict)  # field -> entry hash
+    fell_back: set[str] = field(default_factory=set)  # fields whose value is a fallback
+    messages: list[bytes] = field(default_factory=list)  # entry hashes, create first
+    deleted_by: bytes | None = None  # the delete entry, or the upstream id (cascade)
+
+
+@dataclass(slots=True)
+class LogReduction:
+    instances: dict[bytes, Instance] = field(default_factory=dict)
+    rejected: dict[bytes, Rejection] = field(default_factory=dict)
+    pending: dict[bytes, Rejection] = field(default_factory=dict)  # with what it awaits
+    deletes: list[bytes] = field(default_factory=list)  # applied delete entries
+
+
+LogItem = tuple[int, bytes, Message | P2pandaError]
+
+
+def reduce_log(
+    author: bytes,
+    log_id: int,
+    history: SchemaHistory,
+    items: Iterable[LogItem],
+    resolve: Resolver,
+    owner_of: OwnerLookup,
+) -> LogReduction:
+    """Reduce the accepted entries (in seq order) of the log (author, log_id) of `history`."""
+    reduction = LogReduction()
+    waiting: Rejection | None = None
+    for seq, entry_hash, message in items:
+        if waiting is not None:
+            reduction.pending[entry_hash] = waiting
+            continue
+        try:
+            _apply(
+                reduction, (author, log_id), history, seq, entry_hash, message, resolve, owner_of
+            )
+        except _Pending as pending:
+            waiting = pending.rejection
+            reduction.pending[entry_hash] = waiting
+        except P2pandaError as error:
+            reduction.rejected[entry_hash] = Rejection(error.reason, error.message)
+    return reduction
+
+
+class _Pending(Exception):
+    def __init__(self, rejection: Rejection) -> None:
+        self.rejection = rejection
+
+
+def _apply(
+    reduction: LogReduction,
+    log: tuple[bytes, int],
+    history: SchemaHistory,
+    seq: int,
+    entry_hash: bytes,
+    message: Message | P2pandaError,
+    resolve: Resolver,
+    owner_of: OwnerLookup,
+) -> None:
+    if isinstance(message, P2pandaError):
+        raise message
+    if not is_instance_message(message):
+        raise P2pandaError(
+            Reason.NOT_INSTANCE_MESSAGE, f"a {message.kind} message on an instance log"
+        )
+    version = _version_of(message, history, resolve)
+    if isinstance(message, Create):
+        reduction.instances[entry_hash] = _create(
+            message, log[0], history, version, seq, entry_hash
+        )
+        return
+    instance = _target(reduction, log, message.instance, owner_of)
+    if isinstance(message, Delete):
+        instance.deleted_by = entry_hash
+        reduction.deletes.append(entry_hash)
+        return
+    assert version is not None
+    _update(instance, message, history, version, seq, entry_hash)
+
+
+def _version_of(message: InstanceMessage, history: SchemaHistory, resolve: Resolver) -> int | None:
+    """The version a message names, checked against its log's schema; None for a delete
+    that names none. Deletes apply whatever version they name, even a dead one."""
+    if message.schema is None:
+        return None
+    resolved = resolve(message.schema)
+    if isinstance(resolved, Waiting):
+        rejection = Rejection(resolved.reason, resolved.message)
+        if resolved.rejected:
+            raise P2pandaError(resolved.reason, resolved.message)
+        raise _Pending(rejection)
+    if resolved.history.schema_id != history.schema_id:
+        raise P2pandaError(
+            Reason.MIXED_LOG,
+            f"log holds {history.schema_id}, message names {resolved.history.schema_id}",
+        )
+    if resolved.version in history.dead and not isinstance(message, Delete):
+        raise P2pandaError(Reason.REVERTED_VERSION, f"version {resolved.version} was reverted")
+    return resolved.version
+
+
+def _typed_values(
+    fields: Iterable[tuple[str, object]], history: SchemaHistory, version: int
+) -> dict[str, Value]:
+    """The message's values at the version it names, strictly: unknown fields, values
+    that do not fit the type and values that fail validation reject the message."""
+    lens = history.versions[version].lens
+    values: dict[str, Value] = {}
+    for name, raw in fields:
+        spec = lens.get(name)
+        if spec is None:
+            raise P2pandaError(Reason.UNKNOWN_FIELD, f"version {version} has no field {name!r}")
+        value = interpret(raw, spec.type)
+        if not validates(value, spec.type, spec.compiled_validation):
+            raise P2pandaError(Reason.VALIDATION_FAILED, f"{name!r} fails its validation")
+        values[name] = value
+    return values
+
+
+def _create(
+    message: Create,
+    author: bytes,
+    history: SchemaHistory,
+    version: int | None,
+    seq: int,
+    entry_hash: bytes,
+) -> Instance:
+    assert version is not None
+    values = _typed_values(message.fields, history, version)
+    for name, spec in history.versions[version].lens.items():
+        values.setdefault(name, spec.default)
+    values, fell_back = migrate_values(values, version, history, is_create=True)
+    return Instance(
+        id=entry_hash,
+        author=author,
+        values=values,
+        version=version,
+        seq=seq,
+        created_by=entry_hash,
+        writers=dict.fromkeys(values, entry_hash),
+        fell_back=fell_back,
+        messages=[entry_hash],
+    )
+
+
+def _update(
+    instance: Instance,
+    message: Update,
+    history: SchemaHistory,
+    version: int,
+    seq: int,
+    entry_hash: bytes,
+) -> None:
+    values = _typed_values(message.fields, history, version)
+    values, fell_back = migrate_values(values, version, history, is_create=False)
+    instance.values.update(values)
+    for name in values:
+        instance.writers[name] = entry_hash
+        if name in fell_back:
+            instance.fell_back.add(name)
+        else:
+            instance.fell_back.discard(name)
+    instance.version, instance.seq = version, seq
+    instance.messages.append(entry_hash)
+
+
+def _target(
+    reduction: LogReduction, log: tuple[bytes, int], instance_id: bytes, owner_of: OwnerLookup
+) -> Instance:
+    """The instance an update or delete names, if this log may change it."""
+    instance = reduction.instances.get(instance_id)
+    if instance is None:
+        owner = owner_of(instance_id)
+        name = instance_id.hex()
+        if owner is None:
+            raise P2pandaError(Reason.UNKNOWN_INSTANCE, f"no instance {name}")
+        if owner[0] != log[0]:
+            raise P2pandaError(Reason.NOT_AUTHOR, f"instance {name} has another author")
+        if owner[1] != log[1]:
+            raise P2pandaError(Reason.WRONG_SCHEMA, f"instance {name} is in another log")
+        raise P2pandaError(Reason.UNKNOWN_INSTANCE, f"the create of {name} was rejected")
+    if instance.deleted_by is not None:
+        raise P2pandaError(Reason.INSTANCE_DELETED, f"instance {instance_id.hex()} was deleted")
+    return instance

@@ -1,0 +1,59 @@
+"""The JSON-lines form p2panda clients publish: one `{"entry": HEX, "payload": HEX}` a line.
+
+A line that is not in that form is normal input too: it is reported with its place and a
+reason code, and never stops the lines after it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from p2panda_assets.errors import P2pandaError, Reason
+
+
+@dataclass(frozen=True, slots=True)
+class BadLine:
+    path: str
+    line: int
+    error: P2pandaError
+
+
+def parse_line(text: str) -> tuple[bytes, bytes | None]:
+    """One line's (entry bytes, payload bytes or None)."""
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError:
+        raise P2pandaError(Reason.BAD_INPUT, "not a JSON object") from None
+    if not isinstance(record, dict) or not isinstance(record.get("entry"), str):
+        raise P2pandaError(Reason.BAD_INPUT, 'needs {"entry": HEX, "payload": HEX}')
+    payload = record.get("payload")
+    if payload is not None and not isinstance(payload, str):
+        raise P2pandaError(Reason.BAD_INPUT, "payload must be a hex string")
+    try:
+        return bytes.fromhex(record["entry"]), None if payload is None else bytes.fromhex(payload)
+    except ValueError:
+        raise P2pandaError(Reason.BAD_HEX, "entry or payload is not hex") from None
+
+
+def read_entry_lines(paths: Iterable[str | Path]) -> Iterator[tuple[bytes, bytes | None] | BadLine]:
+    """Every line of every file, in order; unreadable files raise `unreadable-file`."""
+    for path in paths:
+        try:
+            file = open(path, encoding="utf-8")  # noqa: SIM115 - closed below
+        except OSError as error:
+            raise P2pandaError(Reason.UNREADABLE_FILE, f"{path}: {error.strerror}") from None
+        with file:
+            for number, text in enumerate(file, start=1):
+                if not text.strip():
+                    continue
+                try:
+                    yield parse_line(text)
+                except P2pandaError as error:
+                    yield BadLine(str(path), number, error)
+
+
+def entry_line(entry: bytes, payload: bytes) -> str:
+    return json.dumps({"entry": entry.hex(), "payload": payload.hex()})
