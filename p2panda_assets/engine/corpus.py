@@ -1,10 +1,18 @@
-"""A whole corpus of entries reduced to tables: the reference semantics, end to end.
+"""A whole corpus of entries reduced to tables: the reference semantics, in stages.
 
-From (entry, payload) pairs: verify each entry once, apply each log's chain rules,
-decode the messages, fold the schema logs, assign the instance logs to schemas, order
-the schemas by their relations, reduce each buildable schema's logs, apply cascades,
-and account for every distinct entry. `panda preview` prints what this computes, and
-the Spark pipeline must compute exactly the same.
+Each stage works on one group and returns plain, picklable records, so the same
+functions run here in one process (`reduce_corpus`, which `panda preview` prints) and
+distributed over Spark partitions (the pipeline), and the two agree by construction:
+
+1. per entry, `check_record`: decode, payload and signature (verification happens once);
+2. per log, `chain_log`: the chain rules, then the messages of the accepted entries
+   decoded, and a `LogSummary` (schema log or instance log, first schema named);
+3. once, `Catalog`: the schema logs folded, schema version hashes indexed, instance logs
+   assigned to schemas, and the build order of the registered schemas (all small);
+4. per instance log, `reduce_instance_log`; per schema, `cascade` and `finish_schema`:
+   rows, the deleted set its dependents need, and the accounts of its entries.
+
+Every distinct entry ends with exactly one `Account` (SPEC section 3, Accounting).
 """
 
 from __future__ import annotations
@@ -18,12 +26,13 @@ from p2panda_assets.engine.cascade import apply_cascades
 from p2panda_assets.engine.instances import (
     Instance,
     LogReduction,
+    OwnerLookup,
     Resolved,
     Waiting,
     reduce_log,
 )
-from p2panda_assets.engine.lens import Value
-from p2panda_assets.engine.relations import build_order
+from p2panda_assets.engine.lens import Lens, Value
+from p2panda_assets.engine.relations import BuildOrder, HashIndex, build_order
 from p2panda_assets.engine.schema_log import SchemaHistory, fold_schema_log
 from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.protocol.entry import Entry, decode_entry, verify_entry
@@ -39,6 +48,12 @@ from p2panda_assets.protocol.messages import (
 )
 
 LogKey = tuple[bytes, int]  # (author, log id)
+LogItem = tuple[int, bytes, Message | P2pandaError]  # (seq, entry hash, message or why not)
+
+
+def schema_id_of(key: LogKey) -> str:
+    """`<author hex>-<log id>` (SPEC section 3)."""
+    return f"{key[0].hex()}-{key[1]}"
 
 
 class State(StrEnum):
@@ -58,6 +73,287 @@ class Account:
     message: str = ""
     schema_id: str | None = None
 
+    @classmethod
+    def of(cls, state: State, why: Rejection | P2pandaError, schema_id: str | None) -> Account:
+        return cls(state, why.reason, why.message, schema_id)
+
+
+Accounts = dict[bytes, Account]
+
+
+# --- 1. per entry ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """One (entry, payload) record after every check one entry alone allows."""
+
+    key: bytes  # the entry hash (of undecodable bytes: their default-algorithm hash)
+    log: LogKey | None  # where the entry decodes
+    entry: Entry | None  # None: rejected
+    rejection: Rejection | None
+
+
+def check_record(raw: bytes, payload: bytes | None) -> Checked:
+    try:
+        entry = verify_entry(raw, payload)
+    except P2pandaError as error:
+        try:
+            decoded = decode_entry(raw)
+        except P2pandaError:
+            return Checked(
+                DEFAULT_ALGORITHM.hash(raw), None, None, Rejection(error.reason, error.message)
+            )
+        log = (decoded.author, decoded.log_id)
+        return Checked(decoded.hash, log, None, Rejection(error.reason, error.message))
+    return Checked(entry.hash, (entry.author, entry.log_id), entry, None)
+
+
+# --- 2. per log -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LogSummary:
+    """What the rest of the corpus needs to know of a log: is it a schema log (its first
+    message that decodes is a schema message), and which schema its first
+    schema-naming message names (for an instance log)."""
+
+    is_schema: bool
+    first_ref: VersionedSchema | None
+
+
+@dataclass(slots=True)
+class ChainedLog:
+    author: bytes
+    log_id: int
+    items: list[LogItem]  # the accepted entries, in seq order, messages decoded
+    accounts: Accounts  # entries the chain rules rejected or hold pending
+
+    @property
+    def key(self) -> LogKey:
+        return (self.author, self.log_id)
+
+    @property
+    def summary(self) -> LogSummary:
+        messages = [m for _, _, m in self.items if not isinstance(m, P2pandaError)]
+        is_schema = bool(messages) and is_schema_message(messages[0])
+        first_ref = next((m.schema for m in messages if getattr(m, "schema", None)), None)
+        return LogSummary(is_schema, None if is_schema else first_ref)
+
+
+def chain_log(author: bytes, log_id: int, entries: Iterable[tuple[Entry, bytes]]) -> ChainedLog:
+    """Apply the chain rules to one log's verified entries; decode the accepted ones."""
+    entries = list(entries)
+    payloads = {entry.hash: payload for entry, payload in entries}
+    verdict = validate_log(entry for entry, _ in entries)
+    accounts: Accounts = {
+        h: Account.of(State.REJECTED, r, None) for h, r in verdict.rejected.items()
+    }
+    for entry_hash, seq in verdict.pending.items():
+        accounts[entry_hash] = Account(
+            State.PENDING, Reason.AWAITING_ENTRY, f"awaits seq {seq} of its log"
+        )
+    items = [(e.seq_num, e.hash, _decode(payloads[e.hash])) for e in verdict.accepted]
+    return ChainedLog(author, log_id, items, accounts)
+
+
+def _decode(payload: bytes) -> Message | P2pandaError:
+    try:
+        return decode_message(payload)
+    except P2pandaError as error:
+        return error
+
+
+# --- 3. the catalog (once; small) -------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Assignment:
+    """Which schema each instance log belongs to, or why none yet."""
+
+    schema_of: dict[LogKey, str] = field(default_factory=dict)
+    waiting: dict[LogKey, Rejection] = field(default_factory=dict)  # schema not determinable
+    duplicate: dict[LogKey, str] = field(default_factory=dict)  # an author's second log
+
+
+@dataclass(slots=True)
+class Catalog:
+    """Every schema log folded, and the index of schema version hashes. `registered`:
+    which schemas may be built (None: every schema present, as `panda preview`)."""
+
+    histories: dict[str, SchemaHistory]
+    hash_index: HashIndex
+    registered: set[str] | None
+
+    @classmethod
+    def build(cls, schema_logs: Iterable[ChainedLog], registered: set[str] | None) -> Catalog:
+        histories: dict[str, SchemaHistory] = {}
+        hash_index: HashIndex = {}
+        for log in schema_logs:
+            schema_id = schema_id_of(log.key)
+            histories[schema_id] = fold_schema_log(log.author, log.log_id, log.items)
+            hash_index.update({entry_hash: (schema_id, seq) for seq, entry_hash, _ in log.items})
+        return cls(histories, hash_index, registered)
+
+    def resolve(self, ref: VersionedSchema) -> Resolved | Waiting:
+        """The schema version a message names, or why it must wait (or is rejected)."""
+        if isinstance(ref, SchemaHashRef):
+            found = self.hash_index.get(ref.hash)
+            if found is None:
+                return Waiting(
+                    Reason.AWAITING_VERSION, f"schema version {ref.hash.hex()} is not known"
+                )
+            schema_id, version = found
+        else:
+            schema_id, version = ref.schema_id, ref.version
+        history = self.histories.get(schema_id)
+        if history is None:
+            return Waiting(Reason.AWAITING_SCHEMA, f"schema {schema_id} is not known")
+        if self.registered is not None and schema_id not in self.registered:
+            return Waiting(Reason.AWAITING_SCHEMA, f"schema {schema_id} is not registered")
+        if version in history.versions:
+            return Resolved(history, version)
+        if version in history.rejected:
+            why = history.rejected[version].reason
+            return Waiting(
+                Reason.REJECTED_VERSION,
+                f"version {version} of {schema_id} was rejected ({why})",
+                rejected=True,
+            )
+        return Waiting(Reason.AWAITING_VERSION, f"version {version} of {schema_id} is not known")
+
+    def assign(self, summaries: dict[LogKey, LogSummary]) -> Assignment:
+        """Give each instance log the schema its first schema-naming message names. An
+        author's second log of one schema is rejected whole (`duplicate-log`): the
+        lowest log id keeps it, whatever the arrival order."""
+        assignment = Assignment()
+        taken: set[tuple[bytes, str]] = set()
+        for key in sorted(summaries):
+            summary = summaries[key]
+            if summary.is_schema:
+                continue
+            if summary.first_ref is None:
+                assignment.waiting[key] = Rejection(
+                    Reason.UNKNOWN_INSTANCE, "no message names a schema"
+                )
+                continue
+            schema_id = self._schema_named(summary.first_ref)
+            if isinstance(schema_id, Rejection):
+                assignment.waiting[key] = schema_id
+            elif (key[0], schema_id) in taken:
+                assignment.duplicate[key] = schema_id
+            else:
+                taken.add((key[0], schema_id))
+                assignment.schema_of[key] = schema_id
+        return assignment
+
+    def _schema_named(self, ref: VersionedSchema) -> str | Rejection:
+        if not isinstance(ref, SchemaHashRef):
+            return ref.schema_id
+        found = self.hash_index.get(ref.hash)
+        if found is None:
+            return Rejection(
+                Reason.AWAITING_VERSION, f"schema version {ref.hash.hex()} is not known"
+            )
+        return found[0]
+
+    def order(self) -> BuildOrder:
+        return build_order(self.histories, self.registered, self.hash_index)
+
+    def schema_accounts(self, schema_id: str) -> Accounts:
+        """Accounts of a schema log's entries: versions applied (superseded when a revert
+        made them dead), invalid and frozen ones rejected."""
+        history = self.histories[schema_id]
+        accounts: Accounts = {}
+        for seq, version in history.versions.items():
+            state = State.SUPERSEDED if seq in history.dead else State.APPLIED
+            accounts[version.hash] = Account(state, schema_id=schema_id)
+        for seq, rejection in history.rejected.items():
+            accounts[history.entry_hashes[seq]] = Account.of(State.REJECTED, rejection, schema_id)
+        return accounts
+
+
+# --- 4. per instance log, then per schema ---------------------------------------------
+
+
+def reduce_instance_log(
+    catalog: Catalog, schema_id: str, log: ChainedLog, owners: OwnerLookup
+) -> LogReduction:
+    return reduce_log(
+        log.author, log.log_id, catalog.histories[schema_id], log.items, catalog.resolve, owners
+    )
+
+
+def cascade(
+    catalog: Catalog,
+    schema_id: str,
+    reductions: list[LogReduction],
+    deleted_upstream: dict[str, set[bytes]],
+) -> set[bytes]:
+    """Apply cascading deletes to the schema's instances in place; every deleted id."""
+    instances = {i.id: i for r in reductions for i in r.instances.values()}
+    return apply_cascades(
+        catalog.histories[schema_id], instances, deleted_upstream, catalog.hash_index
+    )
+
+
+def instance_accounts(instance: Instance, lens: Lens, schema_id: str) -> Accounts:
+    """A live instance's create is applied, and so is every update that still writes
+    a field of the current lens; the rest (and everything of a deleted instance) is
+    superseded."""
+    live = instance.deleted_by is None
+    shaping = {instance.writers[name] for name in lens if name in instance.writers}
+    return {
+        entry_hash: Account(
+            State.APPLIED
+            if live and (entry_hash == instance.created_by or entry_hash in shaping)
+            else State.SUPERSEDED,
+            schema_id=schema_id,
+        )
+        for entry_hash in instance.messages
+    }
+
+
+def reduction_accounts(reduction: LogReduction, schema_id: str) -> Accounts:
+    """Accounts of a reduced log's rejected, pending and delete entries."""
+    accounts = {h: Account.of(State.REJECTED, r, schema_id) for h, r in reduction.rejected.items()}
+    accounts.update(
+        {h: Account.of(State.PENDING, r, schema_id) for h, r in reduction.pending.items()}
+    )
+    accounts.update({h: Account(State.APPLIED, schema_id=schema_id) for h in reduction.deletes})
+    return accounts
+
+
+def waiting_accounts(log: ChainedLog, why: Rejection, schema_id: str | None) -> Accounts:
+    """A log whose schema cannot be built yet: its entries wait (or, if they do not even
+    decode as instance messages, are rejected now)."""
+    accounts: Accounts = {}
+    for _, entry_hash, message in log.items:
+        if isinstance(message, P2pandaError):
+            accounts[entry_hash] = Account.of(State.REJECTED, message, schema_id)
+        elif is_schema_message(message):
+            accounts[entry_hash] = Account(
+                State.REJECTED,
+                Reason.NOT_INSTANCE_MESSAGE,
+                "a schema message on an instance log",
+                schema_id,
+            )
+        else:
+            accounts[entry_hash] = Account.of(State.PENDING, why, schema_id)
+    return accounts
+
+
+def duplicate_log_accounts(log: ChainedLog, schema_id: str) -> Accounts:
+    return {
+        entry_hash: Account(
+            State.REJECTED,
+            Reason.DUPLICATE_LOG,
+            "author has a lower log for this schema",
+            schema_id,
+        )
+        for _, entry_hash, _ in log.items
+    }
+
 
 @dataclass(frozen=True, slots=True)
 class Row:
@@ -68,9 +364,20 @@ class Row:
     values: dict[str, Value]
 
 
+def row_of(instance: Instance, lens: Lens) -> Row:
+    return Row(
+        instance.id,
+        instance.author,
+        instance.version,
+        instance.seq,
+        {n: instance.values.get(n) for n in lens},
+    )
+
+
 @dataclass(slots=True)
 class Table:
-    """A schema's materialization: rows sorted by instance id, plus how lossy it was."""
+    """A schema's materialization: rows sorted by instance id, plus how lossy it was.
+    A schema whose lens has no field left has no table (`dropped`)."""
 
     schema_id: str
     history: SchemaHistory
@@ -78,10 +385,38 @@ class Table:
     fallbacks: dict[str, int]  # field -> rows whose value fell back to the default
     upstream: tuple[str, ...]  # schemas its relations point at
 
+    @property
+    def dropped(self) -> bool:
+        return not self.history.lens
+
+
+def finish_schema(
+    catalog: Catalog, schema_id: str, reductions: list[LogReduction], upstream: tuple[str, ...]
+) -> tuple[Table, Accounts]:
+    """The table and the instance accounts of a schema whose cascades are applied."""
+    history = catalog.histories[schema_id]
+    lens = history.lens
+    accounts: Accounts = {}
+    instances = [i for r in reductions for i in r.instances.values()]
+    for reduction in reductions:
+        accounts.update(reduction_accounts(reduction, schema_id))
+    for instance in instances:
+        accounts.update(instance_accounts(instance, lens, schema_id))
+    live = sorted((i for i in instances if i.deleted_by is None), key=lambda i: i.id.hex())
+    fallbacks = dict.fromkeys(lens, 0)
+    for instance in live:
+        for name in instance.fell_back & fallbacks.keys():
+            fallbacks[name] += 1
+    table = Table(schema_id, history, [row_of(i, lens) for i in live], fallbacks, upstream)
+    return table, accounts
+
+
+# --- the composition ------------------------------------------------------------------
+
 
 @dataclass(slots=True)
 class Corpus:
-    accounts: dict[bytes, Account] = field(default_factory=dict)  # entry hash -> account
+    accounts: Accounts = field(default_factory=dict)  # entry hash -> account
     histories: dict[str, SchemaHistory] = field(default_factory=dict)
     tables: dict[str, Table] = field(default_factory=dict)
     waiting: dict[str, Rejection] = field(default_factory=dict)  # schemas not built, why
@@ -95,348 +430,103 @@ class Corpus:
         return counts
 
 
-@dataclass(slots=True)
-class _Log:
-    author: bytes
-    log_id: int
-    items: list[tuple[int, bytes, Message | P2pandaError]]
-
-    @property
-    def key(self) -> LogKey:
-        return (self.author, self.log_id)
-
-
 def reduce_corpus(
     pairs: Iterable[tuple[bytes, bytes | None]], registered: set[str] | None = None
 ) -> Corpus:
-    """Reduce every (entry, payload) pair. `registered` limits which schemas are built
-    (None: every schema present, as `panda preview` does)."""
+    """Reduce every (entry, payload) pair, stage by stage, in this process."""
     corpus = Corpus()
-    log_of: dict[bytes, LogKey] = {}
-    entries = _verify_all(pairs, corpus, log_of)
-    logs = _chain_all(entries, corpus)
-    schema_logs, instance_logs = _classify(logs)
-    for log in schema_logs:
-        corpus.histories[_schema_id(log.key)] = fold_schema_log(log.author, log.log_id, log.items)
-    hash_index = _schema_hash_index(schema_logs)
-
-    def resolve(ref: VersionedSchema) -> Resolved | Waiting:
-        return _resolve(ref, corpus.histories, hash_index, registered)
-
-    owners = {
-        entry_hash: log.key
-        for log in instance_logs
-        for _, entry_hash, message in log.items
-        if isinstance(message, Create)
-    }
-    by_schema, unassigned = _assign(instance_logs, resolve, corpus)
-    built = build_order(corpus.histories, registered, hash_index)
+    verified, log_of = _check_all(pairs, corpus)
+    by_log: dict[LogKey, list[tuple[Entry, bytes]]] = defaultdict(list)
+    for entry, payload in verified.values():
+        by_log[(entry.author, entry.log_id)].append((entry, payload))
+    logs = {key: chain_log(*key, entries) for key, entries in sorted(by_log.items())}
+    for log in logs.values():
+        corpus.accounts.update(log.accounts)
+    summaries = {key: log.summary for key, log in logs.items()}
+    catalog = Catalog.build((logs[k] for k, s in summaries.items() if s.is_schema), registered)
+    corpus.histories = catalog.histories
+    assignment = catalog.assign(summaries)
+    owners = {h: log.key for log in logs.values() for _, h, m in log.items if isinstance(m, Create)}
+    built = catalog.order()
     corpus.waiting.update(built.waiting)
+    by_schema: dict[str, list[ChainedLog]] = defaultdict(list)
+    for key, schema_id in assignment.schema_of.items():
+        by_schema[schema_id].append(logs[key])
     deleted: dict[str, set[bytes]] = {}
     for schema_id in built.order:
-        history = corpus.histories[schema_id]
         reductions = [
-            (log, reduce_log(log.author, log.log_id, history, log.items, resolve, owners.get))
-            for log in by_schema.get(schema_id, [])
+            reduce_instance_log(catalog, schema_id, log, owners.get) for log in by_schema[schema_id]
         ]
-        instances = {i.id: i for _, r in reductions for i in r.instances.values()}
-        deleted[schema_id] = apply_cascades(history, instances, deleted, hash_index)
-        corpus.tables[schema_id] = _table(history, instances, built.upstream[schema_id])
-        for log, reduction in reductions:
-            _account_log(corpus, schema_id, log, reduction, instances)
-    for schema_id, logs_of_schema in by_schema.items():
+        deleted[schema_id] = cascade(catalog, schema_id, reductions, deleted)
+        table, accounts = finish_schema(catalog, schema_id, reductions, built.upstream[schema_id])
+        corpus.tables[schema_id] = table
+        corpus.accounts.update(accounts)
+    for schema_id, schema_logs in by_schema.items():
         if schema_id not in corpus.tables:
             why = corpus.waiting.get(schema_id) or Rejection(
                 Reason.AWAITING_SCHEMA, f"schema {schema_id} is not known"
             )
-            for log in logs_of_schema:
-                _account_waiting(corpus, log, why, schema_id)
-    for log, why in unassigned:
-        _account_waiting(corpus, log, why, None)
-    for schema_id, history in corpus.histories.items():
-        _account_schema(corpus, schema_id, history)
-    schema_of_log = {log.key: _schema_id(log.key) for log in schema_logs}
-    schema_of_log.update({log.key: sid for sid, logs_ in by_schema.items() for log in logs_})
-    _attribute(corpus, log_of, schema_of_log)
+            for log in schema_logs:
+                corpus.accounts.update(waiting_accounts(log, why, schema_id))
+    for key, why in assignment.waiting.items():
+        corpus.accounts.update(waiting_accounts(logs[key], why, None))
+    for key, schema_id in assignment.duplicate.items():
+        corpus.accounts.update(duplicate_log_accounts(logs[key], schema_id))
+    for schema_id in catalog.histories:
+        corpus.accounts.update(catalog.schema_accounts(schema_id))
+    schema_of_log = {key: schema_id_of(key) for key, s in summaries.items() if s.is_schema}
+    schema_of_log.update(assignment.schema_of)
+    schema_of_log.update(assignment.duplicate)
+    corpus.accounts = attribute(corpus.accounts, log_of, schema_of_log)
     return corpus
 
 
-def _schema_id(key: LogKey) -> str:
-    return f"{key[0].hex()}-{key[1]}"
-
-
-# --- entries and logs ----------------------------------------------------------------
-
-
-def _verify_all(
-    pairs: Iterable[tuple[bytes, bytes | None]], corpus: Corpus, log_of: dict[bytes, LogKey]
-) -> dict[bytes, tuple[Entry, bytes]]:
-    """Verify every pair once. Identical entries are duplicates; an entry that verifies
-    with one payload wins over copies of it that came with a wrong one."""
+def _check_all(
+    pairs: Iterable[tuple[bytes, bytes | None]], corpus: Corpus
+) -> tuple[dict[bytes, tuple[Entry, bytes]], dict[bytes, LogKey]]:
+    """Check every distinct record once. Identical records are duplicates; an entry that
+    verifies with one payload wins over copies of it that came with a wrong one (the
+    smallest reason is kept otherwise, so the order of arrival never matters)."""
     good: dict[bytes, tuple[Entry, bytes]] = {}
     bad: dict[bytes, Rejection] = {}
+    log_of: dict[bytes, LogKey] = {}
     seen: set[tuple[bytes, bytes | None]] = set()
     for raw, payload in pairs:
-        raw = bytes(raw)
-        if (raw, payload) in seen:
+        record = (bytes(raw), payload)
+        if record in seen:
             corpus.duplicates += 1
             continue
-        seen.add((raw, payload))
-        try:
-            entry = verify_entry(raw, payload)
-        except P2pandaError as error:
-            key, log_key = _entry_key(raw)
-            if log_key is not None:
-                log_of[key] = log_key
-            if key not in bad or (error.reason, error.message) < (
-                bad[key].reason,
-                bad[key].message,
-            ):
-                bad[key] = Rejection(error.reason, error.message)
-            continue
-        if entry.hash in good:
-            corpus.duplicates += 1
-        good[entry.hash] = (entry, payload)  # type: ignore[assignment]
-        log_of[entry.hash] = (entry.author, entry.log_id)
+        seen.add(record)
+        checked = check_record(*record)
+        if checked.log is not None:
+            log_of[checked.key] = checked.log
+        if checked.entry is not None:
+            if checked.key in good:
+                corpus.duplicates += 1
+            good[checked.key] = (checked.entry, payload)  # type: ignore[assignment]
+        elif checked.key not in bad or _smaller(checked.rejection, bad[checked.key]):
+            bad[checked.key] = checked.rejection  # type: ignore[assignment]
     for key, rejection in bad.items():
         if key not in good:
-            corpus.accounts[key] = Account(State.REJECTED, rejection.reason, rejection.message)
-    return good
+            corpus.accounts[key] = Account.of(State.REJECTED, rejection, None)
+    return good, log_of
 
 
-def _entry_key(raw: bytes) -> tuple[bytes, LogKey | None]:
-    """The entry hash (and log) of bytes that may not verify: in the algorithm of their
-    payload hash where the entry decodes, else in the default one."""
-    try:
-        entry = decode_entry(raw)
-    except P2pandaError:
-        return DEFAULT_ALGORITHM.hash(raw), None
-    return entry.hash, (entry.author, entry.log_id)
+def _smaller(a: Rejection | None, b: Rejection) -> bool:
+    return a is not None and (a.reason, a.message) < (b.reason, b.message)
 
 
-def _chain_all(entries: dict[bytes, tuple[Entry, bytes]], corpus: Corpus) -> list[_Log]:
-    """Apply each log's chain rules; decode the messages of its accepted entries."""
-    by_log: dict[LogKey, list[Entry]] = defaultdict(list)
-    for entry, _ in entries.values():
-        by_log[(entry.author, entry.log_id)].append(entry)
-    logs = []
-    for (author, log_id), log_entries in sorted(by_log.items()):
-        verdict = validate_log(log_entries)
-        for entry_hash, rejection in verdict.rejected.items():
-            corpus.accounts[entry_hash] = Account(
-                State.REJECTED, rejection.reason, rejection.message
-            )
-        for entry_hash, seq in verdict.pending.items():
-            corpus.accounts[entry_hash] = Account(
-                State.PENDING, Reason.AWAITING_ENTRY, f"awaits seq {seq} of its log"
-            )
-        items = [(e.seq_num, e.hash, _decode(entries[e.hash][1])) for e in verdict.accepted]
-        logs.append(_Log(author, log_id, items))
-    return logs
-
-
-def _decode(payload: bytes) -> Message | P2pandaError:
-    try:
-        return decode_message(payload)
-    except P2pandaError as error:
-        return error
-
-
-def _classify(logs: list[_Log]) -> tuple[list[_Log], list[_Log]]:
-    """A log is a schema log iff its first message that decodes is a schema message."""
-    schema_logs, instance_logs = [], []
-    for log in logs:
-        first = next((m for _, _, m in log.items if not isinstance(m, P2pandaError)), None)
-        if first is not None and is_schema_message(first):
-            schema_logs.append(log)
-        else:
-            instance_logs.append(log)
-    return schema_logs, instance_logs
-
-
-# --- schema references ---------------------------------------------------------------
-
-
-HashIndex = dict[bytes, tuple[str, int]]  # schema entry hash -> (schema id, seq)
-
-
-def _schema_hash_index(schema_logs: list[_Log]) -> HashIndex:
-    return {
-        entry_hash: (_schema_id(log.key), seq)
-        for log in schema_logs
-        for seq, entry_hash, _ in log.items
-    }
-
-
-def _resolve(
-    ref: VersionedSchema,
-    histories: dict[str, SchemaHistory],
-    hash_index: HashIndex,
-    registered: set[str] | None,
-) -> Resolved | Waiting:
-    if isinstance(ref, SchemaHashRef):
-        found = hash_index.get(ref.hash)
-        if found is None:
-            return Waiting(Reason.AWAITING_VERSION, f"schema version {ref.hash.hex()} is not known")
-        schema_id, version = found
-    else:
-        schema_id, version = ref.schema_id, ref.version
-    history = histories.get(schema_id)
-    if history is None:
-        return Waiting(Reason.AWAITING_SCHEMA, f"schema {schema_id} is not known")
-    if registered is not None and schema_id not in registered:
-        return Waiting(Reason.AWAITING_SCHEMA, f"schema {schema_id} is not registered")
-    if version in history.versions:
-        return Resolved(history, version)
-    if version in history.rejected:
-        rejection = history.rejected[version]
-        return Waiting(
-            Reason.REJECTED_VERSION,
-            f"version {version} of {schema_id} was rejected ({rejection.reason})",
-            rejected=True,
-        )
-    return Waiting(Reason.AWAITING_VERSION, f"version {version} of {schema_id} is not known")
-
-
-def _ref_schema_id(ref: VersionedSchema, hash_index: HashIndex) -> str | None:
-    if isinstance(ref, SchemaHashRef):
-        found = hash_index.get(ref.hash)
-        return None if found is None else found[0]
-    return ref.schema_id
-
-
-# --- instance logs -------------------------------------------------------------------
-
-
-def _assign(
-    instance_logs: list[_Log], resolve, corpus: Corpus
-) -> tuple[dict[str, list[_Log]], list[tuple[_Log, Rejection]]]:
-    """Give each instance log the schema its first schema-naming message names. An
-    author's second log of one schema is rejected whole (`duplicate-log`)."""
-    by_schema: dict[str, list[_Log]] = defaultdict(list)
-    unassigned: list[tuple[_Log, Rejection]] = []
-    taken: set[tuple[bytes, str]] = set()
-    for log in instance_logs:  # sorted by (author, log id): the lowest log id wins
-        ref = next(
-            (
-                m.schema
-                for _, _, m in log.items
-                if not isinstance(m, P2pandaError) and getattr(m, "schema", None)
-            ),
-            None,
-        )
-        if ref is None:
-            unassigned.append(
-                (log, Rejection(Reason.UNKNOWN_INSTANCE, "no message names a schema"))
-            )
-            continue
-        resolved = resolve(ref)
-        schema_id = resolved.history.schema_id if isinstance(resolved, Resolved) else None
-        if schema_id is None and not isinstance(ref, SchemaHashRef):
-            schema_id = ref.schema_id
-        if schema_id is None:
-            assert isinstance(resolved, Waiting)
-            unassigned.append((log, Rejection(resolved.reason, resolved.message)))
-            continue
-        if (log.author, schema_id) in taken:
-            for _, entry_hash, _ in log.items:
-                corpus.accounts[entry_hash] = Account(
-                    State.REJECTED,
-                    Reason.DUPLICATE_LOG,
-                    "author has a lower log for this schema",
-                    schema_id,
-                )
-            continue
-        taken.add((log.author, schema_id))
-        by_schema[schema_id].append(log)
-    return by_schema, unassigned
-
-
-def _account_waiting(corpus: Corpus, log: _Log, why: Rejection, schema_id: str | None) -> None:
-    """A log whose schema cannot be built yet: its entries wait (or, if they do not even
-    decode as instance messages, are rejected now)."""
-    for _, entry_hash, message in log.items:
-        if isinstance(message, P2pandaError):
-            corpus.accounts[entry_hash] = Account(
-                State.REJECTED, message.reason, message.message, schema_id
-            )
-        elif is_schema_message(message):
-            corpus.accounts[entry_hash] = Account(
-                State.REJECTED,
-                Reason.NOT_INSTANCE_MESSAGE,
-                "a schema message on an instance log",
-                schema_id,
-            )
-        else:
-            corpus.accounts[entry_hash] = Account(State.PENDING, why.reason, why.message, schema_id)
-
-
-def _account_log(
-    corpus: Corpus,
-    schema_id: str,
-    log: _Log,
-    reduction: LogReduction,
-    instances: dict[bytes, Instance],
-) -> None:
-    for entry_hash, rejection in reduction.rejected.items():
-        corpus.accounts[entry_hash] = Account(
-            State.REJECTED, rejection.reason, rejection.message, schema_id
-        )
-    for entry_hash, rejection in reduction.pending.items():
-        corpus.accounts[entry_hash] = Account(
-            State.PENDING, rejection.reason, rejection.message, schema_id
-        )
-    for entry_hash in reduction.deletes:
-        corpus.accounts[entry_hash] = Account(State.APPLIED, schema_id=schema_id)
-    lens = corpus.histories[schema_id].lens
-    for instance in reduction.instances.values():
-        live = instance.deleted_by is None
-        shaping = {instance.writers[name] for name in lens if name in instance.writers}
-        for entry_hash in instance.messages:
-            applied = live and (entry_hash == instance.created_by or entry_hash in shaping)
-            state = State.APPLIED if applied else State.SUPERSEDED
-            corpus.accounts[entry_hash] = Account(state, schema_id=schema_id)
-
-
-def _account_schema(corpus: Corpus, schema_id: str, history: SchemaHistory) -> None:
-    for seq, version in history.versions.items():
-        state = State.SUPERSEDED if seq in history.dead else State.APPLIED
-        corpus.accounts[version.hash] = Account(state, schema_id=schema_id)
-    for seq, rejection in history.rejected.items():
-        corpus.accounts[history.entry_hashes[seq]] = Account(
-            State.REJECTED, rejection.reason, rejection.message, schema_id
-        )
-
-
-def _attribute(
-    corpus: Corpus, log_of: dict[bytes, LogKey], schema_of_log: dict[LogKey, str]
-) -> None:
+def attribute(
+    accounts: Accounts, log_of: dict[bytes, LogKey], schema_of_log: dict[LogKey, str]
+) -> Accounts:
     """Give entries rejected or pending before their log was classified (signature,
     chain rules) the schema of their log, where it is known."""
-    for entry_hash, account in corpus.accounts.items():
+    result = dict(accounts)
+    for entry_hash, account in accounts.items():
         if account.schema_id is None:
             schema_id = schema_of_log.get(log_of.get(entry_hash, (b"", -1)))
             if schema_id is not None:
-                corpus.accounts[entry_hash] = Account(
+                result[entry_hash] = Account(
                     account.state, account.reason, account.message, schema_id
                 )
-
-
-# --- tables --------------------------------------------------------------------------
-
-
-def _table(
-    history: SchemaHistory, instances: dict[bytes, Instance], upstream: tuple[str, ...]
-) -> Table:
-    lens = history.lens
-    rows = [
-        Row(i.id, i.author, i.version, i.seq, {name: i.values.get(name) for name in lens})
-        for i in sorted(instances.values(), key=lambda i: i.id.hex())
-        if i.deleted_by is None
-    ]
-    fallbacks = {name: 0 for name in lens}
-    for instance in instances.values():
-        if instance.deleted_by is None:
-            for name in instance.fell_back & fallbacks.keys():
-                fallbacks[name] += 1
-    return Table(history.schema_id, history, rows, fallbacks, upstream)
+    return result

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
+from typing import NoReturn
 
 from p2panda_assets.engine.validation import Validation, compile_validation
 from p2panda_assets.protocol.fieldtypes import FieldType
@@ -36,10 +36,24 @@ class FieldSpec:
         return None if self.validation is None else compile_validation(self.validation)
 
 
+class _FrozenFields(dict[str, FieldSpec]):
+    """A dict nobody may change in place (versions share lenses), and which, unlike a
+    mappingproxy, pickles: Spark ships lenses to its workers and Dagster stores plans."""
+
+    def _refuse(self, *args: object, **kwargs: object) -> NoReturn:
+        raise TypeError("a lens is read-only; build a new one with lens_from")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _refuse  # type: ignore[assignment]
+    __ior__ = _refuse  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[type, tuple[dict[str, FieldSpec]]]:
+        return (type(self), (dict(self),))
+
+
 Lens = Mapping[str, FieldSpec]
-EMPTY_LENS: Lens = MappingProxyType({})
+EMPTY_LENS: Lens = _FrozenFields()
 
 
 def lens_from(fields: dict[str, FieldSpec]) -> Lens:
-    """A read-only lens (versions share lenses; nobody may change one in place)."""
-    return MappingProxyType(dict(fields))
+    """A read-only lens."""
+    return _FrozenFields(fields)
