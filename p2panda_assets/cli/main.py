@@ -7,7 +7,15 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from p2panda_assets.cli import demo_cmd, entry_cmd, key_cmd, preview_cmd
+from p2panda_assets.cli import (
+    demo_cmd,
+    entry_cmd,
+    key_cmd,
+    preview_cmd,
+    publish_cmd,
+    schema_cmd,
+    store_cmd,
+)
 from p2panda_assets.errors import P2pandaError
 
 EXIT_ERROR = 1
@@ -16,7 +24,7 @@ EXIT_ERROR = 1
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="panda", description=__doc__)
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for module in (entry_cmd, key_cmd, preview_cmd, demo_cmd):
+    for module in (entry_cmd, key_cmd, preview_cmd, demo_cmd, schema_cmd, publish_cmd, store_cmd):
         module.register(subparsers)
     return parser
 

@@ -1,0 +1,1 @@
+"""Authoring: publishing schema and instance messages on the local author's own logs."""

@@ -1,0 +1,70 @@
+"""`panda schema NAME init|migrate|revert`: author a schema on an own log (the seeds' CLI).
+
+`panda schema init --file comment-001.toml` (no NAME) takes the name from the file's
+`meta.name`, as the seeds show it.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from p2panda_assets.authoring.definitions import load_definition
+from p2panda_assets.authoring.publish import finish, session
+from p2panda_assets.authoring.schema_ops import init_schema, migrate_schema, revert_schema
+from p2panda_assets.errors import P2pandaError, Reason
+
+OUT_HELP = "append the entries to FILE (JSON lines) instead of printing them"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    schema = subparsers.add_parser("schema", help="author a schema: init, migrate, revert")
+    schema.add_argument("name", nargs="?", metavar="NAME", help="the schema's local name")
+    actions = schema.add_subparsers(dest="schema_action", required=True, metavar="ACTION")
+
+    init = actions.add_parser("init", help="start a new schema log with a schema-meta")
+    init.add_argument("--description", help="the schema's description")
+    init.add_argument("--file", metavar="DEF", help="a definition file (.yaml or .toml)")
+    init.add_argument("--out", metavar="FILE", help=OUT_HELP)
+    init.set_defaults(run=run_init)
+
+    migrate = actions.add_parser("migrate", help="publish the field changes of a file")
+    migrate.add_argument("file", metavar="DEF", help="a definition file (.yaml or .toml)")
+    migrate.add_argument("--out", metavar="FILE", help=OUT_HELP)
+    migrate.set_defaults(run=run_migrate)
+
+    revert = actions.add_parser("revert", help="restore the state of an earlier version")
+    revert.add_argument("--target", type=int, required=True, metavar="N")
+    revert.add_argument("--out", metavar="FILE", help=OUT_HELP)
+    revert.set_defaults(run=run_revert)
+
+
+def run_init(args: argparse.Namespace) -> int:
+    definition = load_definition(args.file) if args.file else None
+    with session() as current:
+        outcome = init_schema(
+            current, args.name, description=args.description, definition=definition
+        )
+        return finish(current, args.out, outcome.result, outcome.notes)
+
+
+def run_migrate(args: argparse.Namespace) -> int:
+    name = _name(args)
+    definition = load_definition(args.file)
+    with session() as current:
+        outcome = migrate_schema(current, name, definition)
+        return finish(current, args.out, outcome.result, outcome.notes)
+
+
+def run_revert(args: argparse.Namespace) -> int:
+    name = _name(args)
+    with session() as current:
+        outcome = revert_schema(current, name, args.target)
+        return finish(current, args.out, outcome.result, outcome.notes)
+
+
+def _name(args: argparse.Namespace) -> str:
+    if args.name is None:
+        raise P2pandaError(
+            Reason.BAD_NAME, f"name the schema: `panda schema NAME {args.schema_action} ...`"
+        )
+    return args.name

@@ -1,0 +1,201 @@
+"""`panda ingest`, `panda register` and `panda status`: the entry store and the registry.
+
+The store modules (and psycopg) are imported inside the commands, so that commands which
+never touch the database start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
+
+from p2panda_assets.cli.entry_cmd import parse_hex
+from p2panda_assets.errors import P2pandaError, Reason
+from p2panda_assets.jsonlines import BadLine, read_entry_lines
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from p2panda_assets.store.ingest import IngestCounts, Item
+    from p2panda_assets.store.registry import StatusRow, StoreTotals
+
+CLEAR_LINE = "\r\033[K"  # back to the start of the line, and erase it
+STATUS_COLUMNS = (
+    "schema id",
+    "name",
+    "version",
+    "status",
+    "rows",
+    "applied",
+    "superseded",
+    "pending",
+    "rejected",
+)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    ingest = subparsers.add_parser("ingest", help="store entries from JSON-lines files")
+    ingest.add_argument("files", nargs="+", metavar="FILE", help='{"entry": HEX, "payload": HEX}')
+    ingest.set_defaults(run=run_ingest)
+
+    schema = subparsers.add_parser("register", help="register a schema for materializing")
+    schema.add_argument("author", metavar="AUTHOR_HEX", help="the schema log's author key")
+    schema.add_argument("log_id", metavar="LOG_ID", help="the schema log's id")
+    schema.add_argument("--name", help="a name for the schema (shown by `panda status`)")
+    schema.set_defaults(run=run_register)
+
+    status = subparsers.add_parser("status", help="registered schemas and their entries")
+    status.set_defaults(run=run_status)
+
+
+def open_store() -> psycopg.Connection:
+    """An autocommit connection to the product's database, its tables in place."""
+    from p2panda_assets.store.database import connect, ensure_schema
+
+    conn = connect(autocommit=True)
+    ensure_schema(conn)
+    return conn
+
+
+# --- panda ingest ----------------------------------------------------------------------
+
+
+def run_ingest(args: argparse.Namespace) -> int:
+    from p2panda_assets.store.ingest import ingest
+
+    for path in args.files:
+        _check_readable(path)  # before storing anything: all files, or none
+    tty = sys.stderr.isatty()
+    with open_store() as conn:
+        items = _warn_bad_lines(_read(args.files), clear=tty)
+        counts = ingest(conn, items, progress=_show_progress if tty else None)
+    if tty:
+        print(CLEAR_LINE, end="", file=sys.stderr)
+    print(f"accepted {counts.accepted}, duplicate {counts.duplicate}, rejected {counts.rejected}")
+    return 0
+
+
+def _check_readable(path: str) -> None:
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as error:
+        raise P2pandaError(Reason.UNREADABLE_FILE, f"{path}: {error.strerror}") from None
+
+
+def _read(paths: Sequence[str]) -> Iterator[Item]:
+    """The files' lines; a file that is not UTF-8 text cannot be read as lines at all."""
+    for path in paths:
+        try:
+            yield from read_entry_lines([path])
+        except UnicodeDecodeError:
+            raise P2pandaError(Reason.UNREADABLE_FILE, f"{path}: not UTF-8 text") from None
+
+
+def _warn_bad_lines(items: Iterable[Item], *, clear: bool) -> Iterator[Item]:
+    """Pass every item on; say on stderr where each bad line is and why (first clearing
+    the progress line, on a terminal)."""
+    prefix = CLEAR_LINE if clear else ""
+    for item in items:
+        if isinstance(item, BadLine):
+            error = item.error
+            print(
+                f"{prefix}warning: {error.reason}: {item.path}:{item.line}: {error.message}",
+                file=sys.stderr,
+            )
+        yield item
+
+
+def _show_progress(counts: IngestCounts) -> None:
+    print(
+        f"\ringest: {counts.total} lines (accepted {counts.accepted}, "
+        f"duplicate {counts.duplicate}, rejected {counts.rejected})",
+        end="",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+# --- panda register --------------------------------------------------------------------
+
+
+def run_register(args: argparse.Namespace) -> int:
+    from p2panda_assets.store.registry import register as register_schema
+
+    author = parse_hex(args.author, "AUTHOR_HEX")
+    log_id = _parse_log_id(args.log_id)
+    with open_store() as conn:
+        registration = register_schema(conn, author, log_id, args.name)
+    print(f"schema_id: {registration.schema_id}")
+    print(f"table_name: {registration.table_name}")
+    return 0
+
+
+def _parse_log_id(text: str) -> int:
+    if not text.isdecimal() or not text.isascii():
+        raise P2pandaError(Reason.BAD_VALUE, f"LOG_ID must be a decimal integer, not {text!r}")
+    return int(text)
+
+
+# --- panda status ----------------------------------------------------------------------
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from p2panda_assets.store.registry import status_rows, store_totals
+
+    with open_store() as conn:
+        rows = status_rows(conn)
+        totals = store_totals(conn)
+    print(format_table(STATUS_COLUMNS, [_status_cells(row) for row in rows]))
+    for line in totals_lines(totals):
+        print(line)
+    return 0
+
+
+def _status_cells(row: StatusRow) -> list[str]:
+    values = (
+        row.schema_id,
+        row.name,
+        row.version,
+        row.status,
+        row.rows,
+        row.applied,
+        row.superseded,
+        row.pending,
+        row.rejected,
+    )
+    return ["-" if value is None else str(value) for value in values]
+
+
+def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Left-aligned text columns, right-aligned numbers, two spaces between columns."""
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+    numeric = [all(row[i].isdigit() or row[i] == "-" for row in rows) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = (
+            cell.rjust(width) if right else cell.ljust(width)
+            for cell, width, right in zip(cells, widths, numeric, strict=True)
+        )
+        return "  ".join(parts).rstrip()
+
+    return "\n".join(line(cells) for cells in (header, *rows))
+
+
+def totals_lines(totals: StoreTotals) -> list[str]:
+    lines = [f"unprocessed: {totals.unprocessed} entries not yet accounted for (pending)"]
+    other = (
+        totals.unregistered_applied,
+        totals.unregistered_superseded,
+        totals.unregistered_pending,
+        totals.unregistered_rejected,
+    )
+    if any(other):
+        applied, superseded, pending, rejected = other
+        lines.append(
+            f"not registered: applied {applied}, superseded {superseded}, "
+            f"pending {pending}, rejected {rejected}"
+        )
+    return lines

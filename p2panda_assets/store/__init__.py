@@ -1,0 +1,1 @@
+"""PostgreSQL: the entry store, the registry, the accounting and the materialized tables."""

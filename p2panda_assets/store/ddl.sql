@@ -1,0 +1,90 @@
+-- The product's own tables, in schema p2panda; materialized tables live in p2panda_data.
+-- Idempotent: applied by every command that opens the store.
+CREATE SCHEMA IF NOT EXISTS p2panda;
+CREATE SCHEMA IF NOT EXISTS p2panda_data;
+
+-- Every distinct entry that reached the store, append-only, keyed by its entry hash
+-- (for bytes that do not decode: the YASMF hash of the bytes). `verdict` is NULL until
+-- the pipeline has verified the entry (once, ever), then 'ok' or a reason code. Entries
+-- that ingest can already reject (undecodable, payload mismatch) arrive with a verdict.
+CREATE TABLE IF NOT EXISTS p2panda.entries (
+    hash            bytea PRIMARY KEY,
+    entry           bytea NOT NULL,
+    payload         bytea,
+    author          bytea,
+    log_id          numeric(20, 0),
+    seq_num         numeric(20, 0),
+    ingest_seq      bigserial UNIQUE,
+    received_at     timestamptz NOT NULL DEFAULT now(),
+    verdict         text,
+    verdict_message text
+);
+CREATE INDEX IF NOT EXISTS entries_log ON p2panda.entries (author, log_id, seq_num);
+CREATE INDEX IF NOT EXISTS entries_unverified ON p2panda.entries (ingest_seq) WHERE verdict IS NULL;
+
+-- What verification learned about each verified entry's message, so that no later step
+-- decodes a payload just to find out where it belongs: the message kind and the schema
+-- it names (`schema_id` for [author, log, version] refs; `schema_hash` for hash refs).
+CREATE TABLE IF NOT EXISTS p2panda.message_index (
+    hash           bytea PRIMARY KEY REFERENCES p2panda.entries (hash),
+    kind           text,          -- message kind; NULL if the payload does not decode
+    schema_id      text,
+    schema_version numeric(20, 0),
+    schema_hash    bytea,
+    instance       bytea
+);
+
+-- One row per registered schema.
+CREATE TABLE IF NOT EXISTS p2panda.schemas (
+    schema_id       text PRIMARY KEY,
+    author          bytea NOT NULL,
+    log_id          numeric(20, 0) NOT NULL,
+    name            text,          -- from the schema's meta message
+    registered_name text,          -- `panda register --name`
+    version         bigint,        -- current effective version
+    version_hash    text,
+    table_name      text NOT NULL, -- schema-qualified, usable in SQL as written
+    status          text NOT NULL, -- registered | materialized | waiting | dropped
+    status_message  text,
+    rows            bigint,
+    upstream        text[] NOT NULL DEFAULT '{}',
+    registered_at   timestamptz NOT NULL DEFAULT now(),
+    materialized_at timestamptz
+);
+
+-- Where every entry ended (SPEC section 3, Accounting), written by the pipeline. `origin`
+-- names the stage that decided it (verify, chain, schema, waiting, instance), so each
+-- stage replaces only its own rows.
+CREATE TABLE IF NOT EXISTS p2panda.accounts (
+    hash      bytea PRIMARY KEY REFERENCES p2panda.entries (hash),
+    schema_id text,
+    state     text NOT NULL CHECK (state IN ('applied', 'superseded', 'pending', 'rejected')),
+    reason    text,
+    message   text,
+    origin    text NOT NULL DEFAULT 'pipeline'
+);
+
+-- One row per log with verified entries, from the pipeline's index step: schema log or
+-- instance log, the first schema an instance log names, and the schema it is assigned to
+-- (NULL while that cannot be determined; `assignment` says which case).
+CREATE TABLE IF NOT EXISTS p2panda.logs (
+    author         bytea NOT NULL,
+    log_id         numeric(20, 0) NOT NULL,
+    is_schema      boolean NOT NULL,
+    ref_schema_id  text,
+    ref_version    numeric(20, 0),
+    ref_hash       bytea,
+    schema_id      text,
+    assignment     text NOT NULL,  -- schema | assigned | waiting | duplicate
+    PRIMARY KEY (author, log_id)
+);
+CREATE INDEX IF NOT EXISTS logs_schema ON p2panda.logs (schema_id);
+CREATE INDEX IF NOT EXISTS accounts_schema ON p2panda.accounts (schema_id, state);
+
+-- Instances deleted in each materialized schema (by a delete or a cascade): what the
+-- schemas that relate to it need for their own cascades.
+CREATE TABLE IF NOT EXISTS p2panda.deleted_instances (
+    schema_id   text NOT NULL,
+    instance_id bytea NOT NULL,
+    PRIMARY KEY (schema_id, instance_id)
+);

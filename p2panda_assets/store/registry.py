@@ -1,0 +1,222 @@
+"""The registry (`p2panda.schemas`): which schemas are materialized, under which table
+name, and how far each has got; and the per-schema accounting that `panda status` shows.
+
+Table names come from the schema id, never from the schema's `name` (names are data,
+chosen by strangers, and not unique). Every identifier is composed with
+`psycopg.sql.Identifier`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields, replace
+from datetime import datetime
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import class_row
+
+from p2panda_assets.errors import P2pandaError, Reason
+
+DATA_SCHEMA = "p2panda_data"
+AUTHOR_SIZE = 32
+MAX_LOG_ID = 2**64 - 1
+MAX_NAME = 64
+TABLE_AUTHOR_CHARS = 32  # 128 bits of the author key: unique in practice, and it fits
+_SCHEMA_ID = re.compile(r"([0-9a-f]{64})-(0|[1-9][0-9]{0,19})")
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    schema_id: str
+    table_name: str
+    registered_name: str | None
+    created: bool  # False when the schema was registered already
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryRow:
+    schema_id: str
+    author: bytes
+    log_id: int
+    name: str | None
+    registered_name: str | None
+    version: int | None
+    version_hash: str | None
+    table_name: str
+    status: str
+    status_message: str | None
+    rows: int | None
+    upstream: list[str]
+    registered_at: datetime
+    materialized_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class StatusRow:
+    """One line of `panda status`: a registered schema and where its entries ended."""
+
+    schema_id: str
+    name: str | None  # the registered name, else the name from the schema's meta message
+    version: int | None
+    status: str
+    rows: int | None
+    applied: int
+    superseded: int
+    pending: int
+    rejected: int
+    stored: int  # entries of the store attributed to this schema (accounts rows)
+
+
+@dataclass(frozen=True, slots=True)
+class StoreTotals:
+    """Entries that no registered schema's line counts: not yet processed at all (no
+    accounts row), and accounted for without a registered schema (e.g. undecodable)."""
+
+    unprocessed: int
+    unregistered_applied: int
+    unregistered_superseded: int
+    unregistered_pending: int
+    unregistered_rejected: int
+
+
+def schema_id_for(author: bytes, log_id: int) -> str:
+    """`<author hex>-<log id>` (SPEC section 3)."""
+    _check_author(author)
+    _check_log_id(log_id)
+    return f"{author.hex()}-{log_id}"
+
+
+def parse_schema_id(schema_id: str) -> tuple[bytes, int]:
+    """(author, log id) of a schema id; `bad-value` if it is not one."""
+    match = _SCHEMA_ID.fullmatch(schema_id)
+    if match is None or int(match[2]) > MAX_LOG_ID:
+        raise P2pandaError(
+            Reason.BAD_VALUE, f"{schema_id!r} is not a schema id (<64 hex digits>-<log id>)"
+        )
+    return bytes.fromhex(match[1]), int(match[2])
+
+
+def table_name_for(schema_id: str) -> str:
+    """`p2panda_data.s_<first 32 hex digits of the author>_<log id>`: lowercase, at most
+    55 bytes, so usable in SQL unquoted and within PostgreSQL's 63-byte limit."""
+    author, log_id = parse_schema_id(schema_id)
+    return f"{DATA_SCHEMA}.s_{author.hex()[:TABLE_AUTHOR_CHARS]}_{log_id}"
+
+
+def table_identifier(table_name: str) -> sql.Identifier:
+    """A schema-qualified table name from the registry as an identifier for composition."""
+    schema, _, table = table_name.partition(".")
+    return sql.Identifier(schema, table)
+
+
+def register(
+    conn: psycopg.Connection, author: bytes, log_id: int, name: str | None
+) -> Registration:
+    """Register a schema for materializing (status 'registered'); registering it again
+    only changes its registered name (kept when `name` is None)."""
+    schema_id = schema_id_for(author, log_id)
+    if name is not None:
+        _check_name(name)
+    table_name = table_name_for(schema_id)
+    with conn.transaction():
+        _refuse_table_name_collision(conn, schema_id, table_name)
+        row = conn.execute(
+            """
+            INSERT INTO p2panda.schemas
+                (schema_id, author, log_id, registered_name, table_name, status)
+            VALUES (%s, %s, %s, %s, %s, 'registered')
+            ON CONFLICT (schema_id) DO UPDATE
+                SET registered_name = coalesce(EXCLUDED.registered_name,
+                                               p2panda.schemas.registered_name)
+            RETURNING registered_name, xmax = 0
+            """,
+            (schema_id, author, log_id, name, table_name),
+        ).fetchone()
+    assert row is not None
+    return Registration(schema_id, table_name, row[0], row[1])
+
+
+def registered_schemas(conn: psycopg.Connection) -> list[RegistryRow]:
+    """Every registered schema, ordered by schema id."""
+    columns = sql.SQL(", ").join(sql.Identifier(f.name) for f in fields(RegistryRow))
+    query = sql.SQL("SELECT {} FROM p2panda.schemas ORDER BY schema_id").format(columns)
+    with conn.cursor(row_factory=class_row(RegistryRow)) as cursor:
+        rows = cursor.execute(query).fetchall()
+    return [_with_int_log_id(row) for row in rows]
+
+
+def status_rows(conn: psycopg.Connection) -> list[StatusRow]:
+    """Per registered schema: version, status, rows, and where its entries ended."""
+    with conn.cursor(row_factory=class_row(StatusRow)) as cursor:
+        return cursor.execute(
+            """
+            SELECT s.schema_id,
+                   coalesce(s.registered_name, s.name) AS name,
+                   s.version, s.status, s.rows,
+                   count(a.hash) FILTER (WHERE a.state = 'applied') AS applied,
+                   count(a.hash) FILTER (WHERE a.state = 'superseded') AS superseded,
+                   count(a.hash) FILTER (WHERE a.state = 'pending') AS pending,
+                   count(a.hash) FILTER (WHERE a.state = 'rejected') AS rejected,
+                   count(a.hash) AS stored
+            FROM p2panda.schemas s
+            LEFT JOIN p2panda.accounts a ON a.schema_id = s.schema_id
+            GROUP BY s.schema_id
+            ORDER BY s.schema_id
+            """
+        ).fetchall()
+
+
+def store_totals(conn: psycopg.Connection) -> StoreTotals:
+    """What the per-schema lines leave out, so that the totals add up to the store."""
+    row = conn.execute(
+        """
+        SELECT
+            (SELECT count(*) FROM p2panda.entries e
+             WHERE NOT EXISTS (SELECT 1 FROM p2panda.accounts a WHERE a.hash = e.hash)),
+            count(*) FILTER (WHERE a.state = 'applied'),
+            count(*) FILTER (WHERE a.state = 'superseded'),
+            count(*) FILTER (WHERE a.state = 'pending'),
+            count(*) FILTER (WHERE a.state = 'rejected')
+        FROM p2panda.accounts a
+        WHERE a.schema_id IS NULL
+           OR NOT EXISTS (SELECT 1 FROM p2panda.schemas s WHERE s.schema_id = a.schema_id)
+        """
+    ).fetchone()
+    assert row is not None
+    return StoreTotals(*row)
+
+
+def _refuse_table_name_collision(conn: psycopg.Connection, schema_id: str, table: str) -> None:
+    """Two authors sharing the first 128 bits of their keys would share a table name:
+    never by chance, so only by an attack; refuse rather than mix two schemas' rows."""
+    other = conn.execute(
+        "SELECT schema_id FROM p2panda.schemas WHERE table_name = %s AND schema_id <> %s",
+        (table, schema_id),
+    ).fetchone()
+    if other is not None:
+        raise P2pandaError(
+            Reason.BAD_VALUE, f"table name {table} is already used by schema {other[0]}"
+        )
+
+
+def _check_author(author: bytes) -> None:
+    if not isinstance(author, bytes) or len(author) != AUTHOR_SIZE:
+        size = len(author) if isinstance(author, bytes | bytearray) else type(author).__name__
+        raise P2pandaError(Reason.BAD_VALUE, f"an author key has 32 bytes, not {size}")
+
+
+def _check_log_id(log_id: int) -> None:
+    if isinstance(log_id, bool) or not isinstance(log_id, int) or not 0 <= log_id <= MAX_LOG_ID:
+        raise P2pandaError(Reason.BAD_VALUE, f"a log id is an integer 0..2^64-1, not {log_id!r}")
+
+
+def _check_name(name: str) -> None:
+    """The same rule as a schema's own name: 1..64 printable ASCII characters."""
+    if not 1 <= len(name) <= MAX_NAME or not (name.isascii() and name.isprintable()):
+        raise P2pandaError(Reason.BAD_NAME, "a name is 1..64 printable ASCII characters")
+
+
+def _with_int_log_id(row: RegistryRow) -> RegistryRow:
+    """numeric(20, 0) arrives as Decimal; a log id is an int everywhere else."""
+    return replace(row, log_id=int(row.log_id))

@@ -1,0 +1,94 @@
+"""Which database, its tables, and the same database described for Spark's JDBC."""
+
+from __future__ import annotations
+
+import getpass
+
+import pytest
+
+from p2panda_assets.errors import P2pandaError, Reason
+from p2panda_assets.store.database import (
+    DATABASE_URL_ENV,
+    connect,
+    database_url,
+    ensure_schema,
+    jdbc_options,
+)
+
+TABLES = {"entries", "message_index", "schemas", "accounts", "deleted_instances"}
+
+
+def tables(conn) -> set[str]:
+    rows = conn.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'p2panda'"
+    ).fetchall()
+    return {row[0] for row in rows}
+
+
+@pytest.mark.postgres
+def test_ensure_schema_creates_the_tables_and_is_idempotent(database_url: str) -> None:
+    with connect(database_url) as conn:
+        ensure_schema(conn)
+        ensure_schema(conn)
+        assert conn.info.transaction_status == 0  # no transaction left open
+        assert tables(conn) >= TABLES
+        schemas = conn.execute(
+            "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'p2panda%'"
+        ).fetchall()
+        assert {row[0] for row in schemas} == {"p2panda", "p2panda_data"}
+
+
+@pytest.mark.postgres
+def test_ensure_schema_repairs_a_store_missing_a_table(conn) -> None:
+    conn.execute("DROP TABLE p2panda.deleted_instances")
+    conn.execute("COMMENT ON SCHEMA p2panda IS NULL")
+    ensure_schema(conn)
+    assert tables(conn) >= TABLES
+
+
+def test_the_environment_names_the_database(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(DATABASE_URL_ENV, "postgresql://u@db.example:6543/store")
+    assert database_url() == "postgresql://u@db.example:6543/store"
+
+
+def test_jdbc_options_of_the_embedded_url() -> None:
+    assert jdbc_options("postgresql://postgres@127.0.0.1:54321/postgres") == {
+        "url": "jdbc:postgresql://127.0.0.1:54321/postgres",
+        "user": "postgres",
+        "password": "",
+        "driver": "org.postgresql.Driver",
+    }
+
+
+def test_jdbc_options_with_password_ipv6_quoting_and_sslmode() -> None:
+    options = jdbc_options("postgresql://ann:p%40ss@[::1]:6000/my%20db?sslmode=require")
+    assert options == {
+        "url": "jdbc:postgresql://[::1]:6000/my%20db",
+        "user": "ann",
+        "password": "p@ss",
+        "driver": "org.postgresql.Driver",
+        "sslmode": "require",
+    }
+
+
+def test_jdbc_options_apply_libpq_defaults() -> None:
+    user = getpass.getuser()
+    assert (
+        jdbc_options("postgres://db.example")["url"] == f"jdbc:postgresql://db.example:5432/{user}"
+    )
+    assert jdbc_options("postgres://db.example")["user"] == user
+
+
+def test_jdbc_options_keep_several_hosts() -> None:
+    url = jdbc_options("postgresql://u@h1:5433,h2:5434/x")["url"]
+    assert url == "jdbc:postgresql://h1:5433,h2:5434/x"
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["postgresql:///store?host=/var/run/postgresql", "postgresql:///store", "mysql://h/db"],
+)
+def test_jdbc_options_refuse_urls_spark_cannot_use(url: str) -> None:
+    with pytest.raises(P2pandaError) as error:
+        jdbc_options(url)
+    assert error.value.reason is Reason.BAD_INPUT

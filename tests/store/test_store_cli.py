@@ -1,0 +1,96 @@
+"""`panda ingest`, `panda register` and `panda status`, end to end in-process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from p2panda_assets.cli.main import main
+from p2panda_assets.jsonlines import entry_line
+
+pytestmark = pytest.mark.postgres
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_ingest_prints_counts_and_warns_about_bad_lines(
+    capsys, database_url: str, pairs, jsonl
+) -> None:
+    first = jsonl("a.jsonl", [entry_line(*pair) for pair in pairs[:3]])
+    second = jsonl(
+        "b.jsonl",
+        [entry_line(*pairs[2]), "not json", entry_line(*pairs[3]), '{"entry": "zz"}'],
+    )
+    code, out, err = run(capsys, "ingest", str(first), str(second))
+    assert code == 0
+    assert out == "accepted 4, duplicate 1, rejected 2\n"
+    assert err.splitlines() == [
+        f"warning: bad-input: {second}:2: not a JSON object",
+        f"warning: bad-hex: {second}:4: entry or payload is not hex",
+    ]
+    code, out, _ = run(capsys, "ingest", str(first))
+    assert (code, out) == (0, "accepted 0, duplicate 3, rejected 0\n")
+
+
+def test_ingest_of_an_unreadable_file_stores_nothing(
+    capsys, database_url: str, pairs, jsonl
+) -> None:
+    good = jsonl("good.jsonl", [entry_line(*pairs[0])])
+    missing = good.parent / "missing.jsonl"
+    code, out, err = run(capsys, "ingest", str(good), str(missing))
+    assert code != 0 and out == ""
+    assert err.startswith(f"error: unreadable-file: {missing}: ")
+    code, out, _ = run(capsys, "ingest", str(good))
+    assert out == "accepted 1, duplicate 0, rejected 0\n"
+
+
+def test_ingest_of_a_file_that_is_not_text(capsys, database_url: str, tmp_path: Path) -> None:
+    binary = tmp_path / "binary.jsonl"
+    binary.write_bytes(b"\xff\xfe\x00garbage\n")
+    code, _, err = run(capsys, "ingest", str(binary))
+    assert code != 0
+    assert err == f"error: unreadable-file: {binary}: not UTF-8 text\n"
+
+
+def test_register_prints_schema_id_and_table(capsys, database_url: str) -> None:
+    author = "ab" * 32
+    code, out, err = run(capsys, "register", author, "12", "--name", "slothmail")
+    assert (code, err) == (0, "")
+    assert out == (f"schema_id: {author}-12\ntable_name: p2panda_data.s_{'ab' * 16}_12\n")
+
+
+@pytest.mark.parametrize(
+    ("argv", "reason"),
+    [
+        (("register", "xyz", "1"), "bad-hex"),
+        (("register", "abcd", "1"), "bad-value"),
+        (("register", "ab" * 32, "-1"), "bad-value"),
+        (("register", "ab" * 32, "1", "--name", ""), "bad-name"),
+    ],
+)
+def test_register_reports_bad_arguments(capsys, database_url: str, argv, reason: str) -> None:
+    code, out, err = run(capsys, *argv)
+    assert code != 0 and out == ""
+    assert err.startswith(f"error: {reason}: ")
+
+
+def test_status_shows_registered_schemas_and_unprocessed_entries(
+    capsys, database_url: str, pairs, jsonl
+) -> None:
+    author = "ab" * 32
+    run(capsys, "register", author, "12", "--name", "slothmail")
+    run(capsys, "ingest", str(jsonl("in.jsonl", [entry_line(*p) for p in pairs])))
+    code, out, err = run(capsys, "status")
+    assert (code, err) == (0, "")
+    header, line, unprocessed = out.splitlines()
+    assert header.split() == [
+        "schema", "id", "name", "version", "status", "rows",
+        "applied", "superseded", "pending", "rejected",
+    ]  # fmt: skip
+    assert line.split() == [f"{author}-12", "slothmail", "-", "registered", "-", "0", "0", "0", "0"]
+    assert unprocessed == "unprocessed: 5 entries not yet accounted for (pending)"
