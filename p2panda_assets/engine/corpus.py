@@ -260,6 +260,13 @@ class Catalog:
     def order(self) -> BuildOrder:
         return build_order(self.histories, self.registered, self.hash_index)
 
+    def not_built(self, schema_id: str, order: BuildOrder) -> Rejection:
+        """Why the instance logs of a schema outside the build order wait."""
+        if schema_id in order.waiting:
+            return order.waiting[schema_id]
+        known = "is not registered" if schema_id in self.histories else "is not known"
+        return Rejection(Reason.AWAITING_SCHEMA, f"schema {schema_id} {known}")
+
     def schema_accounts(self, schema_id: str) -> Accounts:
         """Accounts of a schema log's entries: versions applied (superseded when a revert
         made them dead), invalid and frozen ones rejected."""
@@ -297,20 +304,19 @@ def cascade(
     )
 
 
+def applied_if_live(instance: Instance, lens: Lens) -> set[bytes]:
+    """The messages that shape a live instance: its create, and every update that still
+    writes a field of the current lens."""
+    return {instance.created_by} | {instance.writers[n] for n in lens if n in instance.writers}
+
+
 def instance_accounts(instance: Instance, lens: Lens, schema_id: str) -> Accounts:
-    """A live instance's create is applied, and so is every update that still writes
-    a field of the current lens; the rest (and everything of a deleted instance) is
-    superseded."""
-    live = instance.deleted_by is None
-    shaping = {instance.writers[name] for name in lens if name in instance.writers}
+    """Messages that shape a live instance are applied; the rest (and everything of a
+    deleted instance) is superseded."""
+    shaping = applied_if_live(instance, lens) if instance.deleted_by is None else set()
     return {
-        entry_hash: Account(
-            State.APPLIED
-            if live and (entry_hash == instance.created_by or entry_hash in shaping)
-            else State.SUPERSEDED,
-            schema_id=schema_id,
-        )
-        for entry_hash in instance.messages
+        h: Account(State.APPLIED if h in shaping else State.SUPERSEDED, schema_id=schema_id)
+        for h in instance.messages
     }
 
 
@@ -463,9 +469,7 @@ def reduce_corpus(
         corpus.accounts.update(accounts)
     for schema_id, schema_logs in by_schema.items():
         if schema_id not in corpus.tables:
-            why = corpus.waiting.get(schema_id) or Rejection(
-                Reason.AWAITING_SCHEMA, f"schema {schema_id} is not known"
-            )
+            why = catalog.not_built(schema_id, built)
             for log in schema_logs:
                 corpus.accounts.update(waiting_accounts(log, why, schema_id))
     for key, why in assignment.waiting.items():

@@ -1,0 +1,1 @@
+"""Dagster definitions of the product: partitions, resources, the asset family, sensors."""

@@ -1,0 +1,42 @@
+"""Resources, chosen per environment in one place: PostgreSQL (embedded unless
+`P2PANDA_DATABASE_URL` is set) and PySpark (`SPARK_MASTER`, default `local[*]`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import dagster as dg
+import psycopg
+from dagster_pyspark import PySparkResource
+
+from p2panda_assets.pipeline.jdbc import Jdbc
+from p2panda_assets.pipeline.spark import spark_config, use_this_python
+from p2panda_assets.store.database import connect, database_url, ensure_schema, jdbc_options
+
+
+class PostgresResource(dg.ConfigurableResource):
+    """The product's database: the entry store, the registry and the tables."""
+
+    url: str | None = None  # None: P2PANDA_DATABASE_URL, else the embedded server
+
+    def resolved_url(self) -> str:
+        return self.url or database_url()
+
+    @contextmanager
+    def connect(self) -> Iterator[psycopg.Connection]:
+        """An autocommit connection (the pipeline commits in explicit transactions)."""
+        conn = connect(self.resolved_url(), autocommit=True)
+        try:
+            ensure_schema(conn)
+            yield conn
+        finally:
+            conn.close()
+
+    def jdbc(self) -> Jdbc:
+        return jdbc_options(self.resolved_url())
+
+
+def default_resources() -> dict[str, object]:
+    use_this_python()
+    return {"postgres": PostgresResource(), "pyspark": PySparkResource(spark_config=spark_config())}

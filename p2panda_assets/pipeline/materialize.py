@@ -1,0 +1,383 @@
+"""Materializing one schema: its instance logs reduced in Spark partitions by the
+engine's `reduce_instance_log`, cascades applied as a fixpoint of joins, and the table,
+its accounts, its deleted set and its registry row replaced in one transaction (readers
+see the old table or the new one, never half of one).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+import pandas as pd
+import psycopg
+from psycopg import sql
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from p2panda_assets.engine.corpus import (
+    Catalog,
+    applied_if_live,
+    reduce_instance_log,
+    reduction_accounts,
+)
+from p2panda_assets.engine.instances import Instance
+from p2panda_assets.engine.relations import BuildOrder, relation_target
+from p2panda_assets.pipeline.columns import (
+    SYSTEM_COLUMNS_PG,
+    field_columns,
+    pg_type,
+    rows_frame,
+    spark_type,
+    spark_value,
+)
+from p2panda_assets.pipeline.decoded import items_log
+from p2panda_assets.pipeline.index import UPSERT_ACCOUNTS, account_rows
+from p2panda_assets.pipeline.jdbc import Jdbc, append, read_query, require_autocommit
+from p2panda_assets.store.registry import table_name_for
+
+SCHEMA_ID = re.compile(r"^[0-9a-f]{64}-[0-9]{1,20}$")
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What one materialization did, for the registry, the CLI and Dagster metadata."""
+
+    schema_id: str
+    status: str  # materialized | dropped | waiting
+    message: str = ""
+    rows: int = 0
+    version: int | None = None
+    version_hash: str | None = None
+    table_name: str = ""
+    upstream: tuple[str, ...] = ()
+    fallbacks: dict[str, int] = field(default_factory=dict)
+
+
+def checked_schema_id(schema_id: str) -> str:
+    """Schema ids reach SQL text only after this check (they are hex and digits)."""
+    if not SCHEMA_ID.match(schema_id):
+        raise ValueError(f"not a schema id: {schema_id!r}")
+    return schema_id
+
+
+def reduce_schema_type(catalog: Catalog, schema_id: str) -> T.StructType:
+    """The rows `_reduce_group` returns: instance rows and account rows in one frame."""
+    fields = [
+        T.StructField("row_type", T.StringType()),
+        T.StructField("hash", T.BinaryType()),
+        T.StructField("author", T.BinaryType()),
+        T.StructField("version", T.LongType()),
+        T.StructField("seq", T.DecimalType(20, 0)),
+        T.StructField("deleted", T.BooleanType()),
+        T.StructField("fell_back", T.ArrayType(T.StringType())),
+        T.StructField("cascade_target", T.ArrayType(T.StringType())),
+        T.StructField("cascade_ref", T.ArrayType(T.BinaryType())),
+        T.StructField("messages", T.ArrayType(T.BinaryType())),
+        T.StructField("shaping", T.ArrayType(T.BinaryType())),
+        T.StructField("schema_id", T.StringType()),
+        T.StructField("state", T.StringType()),
+        T.StructField("reason", T.StringType()),
+        T.StructField("message", T.StringType()),
+    ]
+    lens = catalog.histories[schema_id].lens
+    fields += [T.StructField(column, spark_type(ftype)) for column, _, ftype in field_columns(lens)]
+    return T.StructType(fields)
+
+
+def _instance_row(catalog: Catalog, schema_id: str, instance: Instance) -> dict[str, object]:
+    history = catalog.histories[schema_id]
+    targets, refs = [], []
+    for spec in history.lens.values():
+        if spec.relation is None or not spec.cascade:
+            continue
+        value = instance.values.get(spec.name)
+        for hex_id in value if isinstance(value, tuple) else (value,):
+            if isinstance(hex_id, str):
+                targets.append(relation_target(spec.relation, catalog.hash_index))
+                refs.append(bytes.fromhex(hex_id))
+    row: dict[str, object] = {
+        "row_type": "instance",
+        "hash": instance.id,
+        "author": instance.author,
+        "version": instance.version,
+        "seq": Decimal(instance.seq),
+        "deleted": instance.deleted_by is not None,
+        "fell_back": sorted(instance.fell_back),
+        "cascade_target": targets,
+        "cascade_ref": refs,
+        "messages": instance.messages,
+        "shaping": sorted(applied_if_live(instance, history.lens)),
+    }
+    for column, name, ftype in field_columns(history.lens):
+        row[column] = spark_value(instance.values.get(name), ftype)
+    return row
+
+
+def _reduce_rows(catalog: Catalog, schema_id: str, owners: dict, pdf: pd.DataFrame) -> list[dict]:
+    log = items_log(pdf)
+    reduction = reduce_instance_log(catalog, schema_id, log, owners.get)
+    rows = [_instance_row(catalog, schema_id, i) for i in reduction.instances.values()]
+    for row in account_rows(reduction_accounts(reduction, schema_id)):
+        rows.append({"row_type": "account", **row})
+    return rows
+
+
+def materialize_schema(
+    spark: SparkSession,
+    conn: psycopg.Connection,
+    jdbc: Jdbc,
+    schema_id: str,
+    catalog: Catalog,
+    order: BuildOrder,
+    decoded: DataFrame,
+) -> Outcome:
+    """Materialize `schema_id` from its decoded messages (`decoded.decode_schema`)."""
+    require_autocommit(conn)
+    schema_id = checked_schema_id(schema_id)
+    table_name = table_name_for(schema_id)
+    if schema_id not in order.order:
+        why = catalog.not_built(schema_id, order)
+        outcome = Outcome(
+            schema_id, "waiting", f"{why.reason}: {why.message}", table_name=table_name
+        )
+        _update_registry(conn, outcome, catalog)
+        return outcome
+    history = catalog.histories[schema_id]
+    owners = _owners(conn, schema_id)
+    broadcast = spark.sparkContext.broadcast((catalog, schema_id, owners))
+    result_type = reduce_schema_type(catalog, schema_id)
+    names = result_type.fieldNames()
+
+    def reduce_group(pdf: pd.DataFrame) -> pd.DataFrame:
+        catalog_, schema_id_, owners_ = broadcast.value
+        return rows_frame(_reduce_rows(catalog_, schema_id_, owners_, pdf), names)
+
+    instance_logs = decoded.filter(~F.col("is_schema_log"))
+    reduced = instance_logs.groupBy("author", "log_id").applyInPandas(reduce_group, result_type)
+    reduced = reduced.cache()
+    instances = reduced.filter(F.col("row_type") == "instance")
+    deleted = _cascade(spark, jdbc, schema_id, instances, order.upstream.get(schema_id, ()))
+    flagged = (
+        instances.join(deleted.withColumn("gone", F.lit(True)), "hash", "left")
+        .withColumn("live", F.col("gone").isNull())
+        .cache()
+    )
+    outcome = Outcome(
+        schema_id,
+        "materialized" if history.lens else "dropped",
+        table_name=table_name,
+        version=history.latest.seq if history.latest else None,
+        version_hash=history.latest.hash.hex() if history.latest else None,
+        upstream=order.upstream.get(schema_id, ()),
+    )
+    stage_accounts = _stage(
+        conn,
+        "p2panda",
+        "hash bytea, schema_id text, state text, reason text, message text, origin text",
+    )
+    account_frame = reduced.filter(F.col("row_type") == "account").select(
+        "hash", "schema_id", "state", "reason", "message"
+    )
+    instance_accounts = flagged.select(F.explode("messages").alias("m"), "live", "shaping").select(
+        F.col("m").alias("hash"),
+        F.lit(schema_id).alias("schema_id"),
+        F.when(F.col("live") & F.array_contains("shaping", F.col("m")), "applied")
+        .otherwise("superseded")
+        .alias("state"),
+        F.lit(None).cast("string").alias("reason"),
+        F.lit("").alias("message"),
+    )
+    append(
+        account_frame.unionByName(instance_accounts).withColumn("origin", F.lit("instance")),
+        jdbc,
+        stage_accounts.as_string(conn),
+    )
+    stage_deleted = _stage(conn, "p2panda", "instance_id bytea")
+    append(deleted.select(F.col("hash").alias("instance_id")), jdbc, stage_deleted.as_string(conn))
+    columns = field_columns(history.lens)
+    stage_table = None
+    if history.lens:
+        stage_table = _stage(
+            conn,
+            "p2panda_data",
+            ", ".join(
+                [f"{n} {t}" for n, t in SYSTEM_COLUMNS_PG]
+                + [f"{c} {pg_type(f)}" for c, _, f in columns]
+            ),
+        )
+        live = flagged.filter("live")
+        rows = live.select(
+            F.lower(F.hex("hash")).alias("_instance_id"),
+            F.lower(F.hex("author")).alias("_author"),
+            F.col("version").alias("_version"),
+            F.col("seq").alias("_seq"),
+            *[c for c, _, _ in columns],
+        )
+        append(rows, jdbc, stage_table.as_string(conn))
+        outcome.fallbacks = {
+            name: count for name, count in _fallbacks(live, [n for _, n, _ in columns]).items()
+        }
+        outcome.rows = conn.execute(
+            sql.SQL("SELECT count(*) FROM {}").format(stage_table)
+        ).fetchone()[0]
+    _swap(conn, outcome, catalog, stage_table, columns, stage_accounts, stage_deleted)
+    reduced.unpersist()
+    flagged.unpersist()
+    broadcast.unpersist()
+    return outcome
+
+
+def _fallbacks(live: DataFrame, names: list[str]) -> dict[str, int]:
+    counted = dict.fromkeys(names, 0)
+    for row in live.select(F.explode("fell_back").alias("f")).groupBy("f").count().collect():
+        if row["f"] in counted:
+            counted[row["f"]] = row["count"]
+    return counted
+
+
+def _owners(conn: psycopg.Connection, schema_id: str) -> dict[bytes, tuple[bytes, int]]:
+    """Creates (anywhere, chain-accepted) that the schema's updates and deletes name:
+    the engine's owner lookup, for `not-author` and `wrong-schema`. Small."""
+    rows = conn.execute(
+        """
+        SELECT DISTINCT c.hash, ce.author, ce.log_id
+        FROM p2panda.message_index m
+        JOIN p2panda.entries e ON e.hash = m.hash
+        JOIN p2panda.logs l ON l.author = e.author AND l.log_id = e.log_id
+        JOIN p2panda.message_index c ON c.hash = m.instance AND c.kind = 'create'
+        JOIN p2panda.entries ce ON ce.hash = c.hash
+        WHERE l.schema_id = %s AND l.assignment = 'assigned' AND m.kind IN ('update', 'delete')
+          AND NOT EXISTS (
+            SELECT 1 FROM p2panda.accounts a WHERE a.hash = c.hash AND a.origin = 'chain'
+          )
+        """,
+        (schema_id,),
+    ).fetchall()
+    return {bytes(h): (bytes(a), int(log)) for h, a, log in rows}
+
+
+def _cascade(
+    spark: SparkSession, jdbc: Jdbc, schema_id: str, instances: DataFrame, upstream: tuple[str, ...]
+) -> DataFrame:
+    """Every deleted instance id (column `hash`): deleted by a message, or pointing along
+    a cascade relation at a deleted instance, upstream (final sets, from the store) or in
+    this schema (iterated to a fixpoint), as `engine.cascade.apply_cascades` does."""
+    deleted = instances.filter("deleted").select("hash")
+    refs = (
+        instances.select(
+            "hash", F.explode(F.arrays_zip("cascade_target", "cascade_ref")).alias("c")
+        )
+        .select(
+            "hash", F.col("c.cascade_target").alias("target"), F.col("c.cascade_ref").alias("ref")
+        )
+        .cache()
+    )
+    others = [checked_schema_id(s) for s in upstream if s != schema_id]
+    if others:
+        listed = ", ".join(f"'{s}'" for s in others)
+        gone = read_query(
+            spark,
+            jdbc,
+            "SELECT schema_id AS target, instance_id AS ref FROM p2panda.deleted_instances"
+            f" WHERE schema_id IN ({listed})",
+        )
+        deleted = deleted.union(
+            refs.join(gone, ["target", "ref"], "left_semi").select("hash")
+        ).distinct()
+    own = refs.filter(F.col("target") == schema_id).select("hash", "ref").cache()
+    deleted = deleted.distinct().cache()
+    while True:
+        reached = own.join(deleted.select(F.col("hash").alias("ref")), "ref", "left_semi").select(
+            "hash"
+        )
+        new = reached.join(deleted, "hash", "left_anti").distinct().cache()
+        if new.isEmpty():
+            break
+        deleted = deleted.union(new).cache()
+    return deleted
+
+
+def _stage(conn: psycopg.Connection, schema: str, columns: str) -> sql.Composed:
+    name = sql.Identifier(schema, f"stage_{uuid.uuid4().hex[:16]}")
+    conn.execute(sql.SQL("CREATE UNLOGGED TABLE {} (" + columns + ")").format(name))
+    return name
+
+
+def _swap(
+    conn: psycopg.Connection,
+    outcome: Outcome,
+    catalog: Catalog,
+    stage_table: sql.Composed | None,
+    columns: list,
+    stage_accounts: sql.Composed,
+    stage_deleted: sql.Composed,
+) -> None:
+    """Replace the table, the schema's instance accounts, its deleted set and its
+    registry row in one transaction."""
+    target_schema, target_name = outcome.table_name.split(".")
+    target = sql.Identifier(target_schema, target_name)
+    with conn.transaction():
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(target))
+        if stage_table is not None:
+            conn.execute(sql.SQL("ALTER TABLE {} SET LOGGED").format(stage_table))
+            conn.execute(
+                sql.SQL("ALTER TABLE {} RENAME TO {}").format(
+                    stage_table, sql.Identifier(target_name)
+                )
+            )
+            for column, name, _ in columns:
+                conn.execute(
+                    sql.SQL("ALTER TABLE {} RENAME COLUMN {} TO {}").format(
+                        target, sql.Identifier(column), sql.Identifier(name)
+                    )
+                )
+        conn.execute(
+            "DELETE FROM p2panda.accounts WHERE origin = 'instance' AND schema_id = %s",
+            (outcome.schema_id,),
+        )
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO p2panda.accounts (hash, schema_id, state, reason, message, origin)"
+                " SELECT hash, schema_id, state, reason, message, origin FROM {}" + UPSERT_ACCOUNTS
+            ).format(stage_accounts)
+        )
+        conn.execute(
+            "DELETE FROM p2panda.deleted_instances WHERE schema_id = %s", (outcome.schema_id,)
+        )
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO p2panda.deleted_instances (schema_id, instance_id)"
+                " SELECT %s, instance_id FROM {}"
+            ).format(stage_deleted),
+            (outcome.schema_id,),
+        )
+        conn.execute(sql.SQL("DROP TABLE {}, {}").format(stage_accounts, stage_deleted))
+        _update_registry(conn, outcome, catalog)
+
+
+def _update_registry(conn: psycopg.Connection, outcome: Outcome, catalog: Catalog) -> None:
+    history = catalog.histories.get(outcome.schema_id)
+    conn.execute(
+        """
+        UPDATE p2panda.schemas SET name = %s, version = %s, version_hash = %s, table_name = %s,
+          status = %s, status_message = %s, rows = %s, upstream = %s,
+          materialized_at = CASE WHEN %s = 'waiting' THEN materialized_at ELSE now() END
+        WHERE schema_id = %s
+        """,
+        (
+            history.name if history else None,
+            outcome.version,
+            outcome.version_hash,
+            outcome.table_name,
+            outcome.status,
+            outcome.message or None,
+            outcome.rows,
+            list(outcome.upstream),
+            outcome.status,
+            outcome.schema_id,
+        ),
+    )

@@ -1,0 +1,56 @@
+"""Spark configuration: one place, used by the Dagster resource and by tests.
+
+`SPARK_MASTER` defaults to `local[*]`; `spark://host:port` runs on a standalone cluster.
+Workers must run this project's Python (they import the engine), and Spark reads and
+writes PostgreSQL through Debian's JDBC driver jar (there is no Maven here).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+JDBC_JAR = Path(os.environ.get("P2PANDA_JDBC_JAR", "/usr/share/java/postgresql.jar"))
+
+
+def spark_master() -> str:
+    return os.environ.get("SPARK_MASTER") or "local[*]"
+
+
+def spark_config(master: str | None = None) -> dict[str, Any]:
+    """The settings every session of the product uses."""
+    return {
+        "spark.master": master or spark_master(),
+        "spark.app.name": "p2panda-assets",
+        "spark.jars": str(JDBC_JAR),
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": os.environ.get("P2PANDA_SHUFFLE_PARTITIONS", "8"),
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.memory": os.environ.get("P2PANDA_DRIVER_MEMORY", "2g"),
+        "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
+        "spark.pyspark.python": sys.executable,
+        # Timestamps cross JDBC as wall-clock values of the JVM's zone: make it UTC.
+        "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
+        "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
+    }
+
+
+def use_this_python() -> None:
+    """Spark starts Python workers with PYSPARK_PYTHON; it must be this interpreter."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
+def build_session(config: dict[str, Any] | None = None) -> SparkSession:
+    use_this_python()
+    builder = SparkSession.builder
+    for key, value in (config or spark_config()).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session
