@@ -1,11 +1,23 @@
-"""Shared fixtures: the p2panda-js vectors and a private `$P2PANDA_HOME` per test."""
+"""Shared fixtures: the p2panda-js vectors, a private `$P2PANDA_HOME` per test, and a real
+PostgreSQL (the embedded server in a temporary `$P2PANDA_HOME`, stopped at the end, or the
+server `P2PANDA_DATABASE_URL` names), in a database of the tests' own that is dropped
+after the session; each test that asks for `database_url` starts from empty schemas."""
 
 from __future__ import annotations
 
 import json
+import os
+import secrets
+from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
+from psycopg import sql
+
+from p2panda_assets.store.database import DATABASE_URL_ENV, connect, ensure_schema
+from p2panda_assets.store.embedded import ensure_embedded
+from tests.postgres import embedded_home, with_database
 
 DATA = Path(__file__).parent / "data"
 
@@ -20,3 +32,44 @@ def p2panda_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"
     monkeypatch.setenv("P2PANDA_HOME", str(home))
     return home
+
+
+@pytest.fixture(scope="session")
+def server_url() -> Iterator[str]:
+    """The server: P2PANDA_DATABASE_URL's, else an embedded one started for the session."""
+    external = os.environ.get(DATABASE_URL_ENV, "").strip()
+    if external:
+        yield external
+        return
+    for home in embedded_home():
+        yield ensure_embedded(home)
+
+
+@pytest.fixture(scope="session")
+def session_database(server_url: str) -> Iterator[str]:
+    """A database of the tests' own on that server, dropped afterwards."""
+    name = f"p2panda_test_{secrets.token_hex(4)}"
+    with psycopg.connect(server_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield with_database(server_url, name)
+    finally:
+        with psycopg.connect(server_url, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def database_url(session_database: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """An empty store, also named by P2PANDA_DATABASE_URL (for the CLI)."""
+    with psycopg.connect(session_database, autocommit=True) as conn:
+        conn.execute("DROP SCHEMA IF EXISTS p2panda CASCADE")
+        conn.execute("DROP SCHEMA IF EXISTS p2panda_data CASCADE")
+    monkeypatch.setenv(DATABASE_URL_ENV, session_database)
+    return session_database
+
+
+@pytest.fixture
+def conn(database_url: str) -> Iterator[psycopg.Connection]:
+    with connect(database_url, autocommit=True) as connection:
+        ensure_schema(connection)
+        yield connection

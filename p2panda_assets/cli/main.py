@@ -11,6 +11,7 @@ from p2panda_assets.cli import (
     demo_cmd,
     entry_cmd,
     key_cmd,
+    materialize_cmd,
     preview_cmd,
     publish_cmd,
     schema_cmd,
@@ -24,7 +25,16 @@ EXIT_ERROR = 1
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="panda", description=__doc__)
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for module in (entry_cmd, key_cmd, preview_cmd, demo_cmd, schema_cmd, publish_cmd, store_cmd):
+    for module in (
+        entry_cmd,
+        key_cmd,
+        schema_cmd,
+        publish_cmd,
+        preview_cmd,
+        store_cmd,
+        materialize_cmd,
+        demo_cmd,
+    ):
         module.register(subparsers)
     return parser
 

@@ -52,7 +52,12 @@ def raw_entries(
             (schema_id,),
         ).fetchone()[0]
     return dg.MaterializeResult(
-        metadata={"entries": entries, "verified_now": result.verified, "logs_in_store": result.logs}
+        metadata={
+            "entries": entries,
+            "verified_now": result.verified,
+            "logs_in_store": result.logs,
+            "index_up_to_date": result.up_to_date,
+        }
     )
 
 

@@ -280,6 +280,7 @@ class IndexResult:
     catalog: Catalog
     assignment: Assignment
     order: BuildOrder
+    up_to_date: bool = False  # nothing changed since the last index step
 
 
 def run_index(spark: SparkSession, conn: psycopg.Connection, jdbc: Jdbc) -> IndexResult:
@@ -293,7 +294,24 @@ def run_index(spark: SparkSession, conn: psycopg.Connection, jdbc: Jdbc) -> Inde
         conn.execute("SELECT pg_advisory_unlock(%s)", (INDEX_LOCK,))
 
 
+FINGERPRINT = """
+SELECT (SELECT count(*) || ':' || coalesce(max(ingest_seq), 0) FROM p2panda.entries) || ':'
+    || (SELECT md5(coalesce(string_agg(schema_id, ',' ORDER BY schema_id), ''))
+        FROM p2panda.schemas)
+"""
+
+
+def _fingerprint(conn: psycopg.Connection) -> str:
+    return conn.execute(FINGERPRINT).fetchone()[0]
+
+
 def _run_index(spark: SparkSession, conn: psycopg.Connection, jdbc: Jdbc) -> IndexResult:
+    before = _fingerprint(conn)
+    stored = conn.execute("SELECT fingerprint FROM p2panda.index_state").fetchone()
+    if stored is not None and stored[0] == before:
+        catalog = stored_catalog(conn)
+        summaries = conn.execute("SELECT count(*) FROM p2panda.logs").fetchone()[0]
+        return IndexResult(0, summaries, catalog, Assignment(), catalog.order(), up_to_date=True)
     verified = verify_new_entries(spark, conn, jdbc)
     chained = (
         verified_entries(spark, jdbc)
@@ -326,6 +344,11 @@ def _run_index(spark: SparkSession, conn: psycopg.Connection, jdbc: Jdbc) -> Ind
     _copy_accounts(conn, stage, schema_accounts, "schema")
     _write_logs(conn, summaries, assignment)
     _merge_accounts(conn, stage)
+    conn.execute(
+        "INSERT INTO p2panda.index_state VALUES (1, %s) ON CONFLICT (id) DO UPDATE"
+        " SET fingerprint = EXCLUDED.fingerprint",
+        (before,),
+    )
     return IndexResult(verified, len(summaries), catalog, assignment, order)
 
 

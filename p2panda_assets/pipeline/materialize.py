@@ -133,7 +133,7 @@ def materialize_schema(
     schema_id: str,
     catalog: Catalog,
     order: BuildOrder,
-    decoded: DataFrame,
+    decoded: DataFrame | None,
 ) -> Outcome:
     """Materialize `schema_id` from its decoded messages (`decoded.decode_schema`)."""
     require_autocommit(conn)
@@ -146,6 +146,7 @@ def materialize_schema(
         )
         _update_registry(conn, outcome, catalog)
         return outcome
+    assert decoded is not None, "a schema in the build order has decoded messages"
     history = catalog.histories[schema_id]
     owners = _owners(conn, schema_id)
     broadcast = spark.sparkContext.broadcast((catalog, schema_id, owners))

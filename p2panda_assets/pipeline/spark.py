@@ -31,6 +31,7 @@ def spark_config(master: str | None = None) -> dict[str, Any]:
         "spark.sql.shuffle.partitions": os.environ.get("P2PANDA_SHUFFLE_PARTITIONS", "8"),
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.ui.enabled": "false",
+        "spark.log.level": "ERROR",
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.memory": os.environ.get("P2PANDA_DRIVER_MEMORY", "2g"),
         "spark.executorEnv.PYSPARK_PYTHON": sys.executable,

@@ -88,3 +88,10 @@ CREATE TABLE IF NOT EXISTS p2panda.deleted_instances (
     instance_id bytea NOT NULL,
     PRIMARY KEY (schema_id, instance_id)
 );
+
+-- What the last index step saw (store size, newest entry, registered schemas): a run that
+-- finds the same has nothing to chain or assign again.
+CREATE TABLE IF NOT EXISTS p2panda.index_state (
+    id          integer PRIMARY KEY CHECK (id = 1),
+    fingerprint text NOT NULL
+);

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from conftest import embedded_home
 
 from p2panda_assets.store.embedded import ensure_embedded, layout, running_port, stop_embedded
+from tests.postgres import embedded_home
 
 pytestmark = pytest.mark.postgres
 
@@ -60,6 +60,7 @@ def test_a_restart_chooses_a_new_port_when_the_old_one_is_taken(home: Path) -> N
     port = port_of(ensure_embedded(home))
     stop_embedded(home)
     with socket.socket() as squatter:
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # the port may be in TIME_WAIT
         squatter.bind(("127.0.0.1", port))
         squatter.listen()
         new_port = port_of(ensure_embedded(home))

@@ -1,0 +1,99 @@
+"""Running the asset family through Dagster from the command line, upstream schemas first.
+
+The runs go to the persistent Dagster instance under `DAGSTER_HOME` (default
+`$P2PANDA_HOME/dagster`), whose storage is the product's PostgreSQL, so they appear in
+`dagster dev` like runs launched from the UI.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from importlib import resources
+from pathlib import Path
+
+import dagster as dg
+
+from p2panda_assets.errors import P2pandaError, Reason
+from p2panda_assets.home import p2panda_home
+from p2panda_assets.store.database import DATABASE_URL_ENV, connect, database_url, ensure_schema
+
+SCHEMAS = "schemas"
+JOB = "materialize_schema"
+
+
+def prepare_environment() -> str:
+    """Start (or find) the database and point Dagster at it; returns the database URL."""
+    url = database_url()
+    os.environ.setdefault(DATABASE_URL_ENV, url)
+    home = Path(os.environ.setdefault("DAGSTER_HOME", str(p2panda_home() / "dagster")))
+    home.mkdir(parents=True, exist_ok=True)
+    config = home / "dagster.yaml"
+    if not config.exists():
+        with resources.as_file(resources.files("p2panda_assets") / "dagster.yaml") as template:
+            shutil.copyfile(template, config)
+    return url
+
+
+def dagster_instance() -> dg.DagsterInstance:
+    prepare_environment()
+    return dg.DagsterInstance.get()
+
+
+def add_partitions(instance: dg.DagsterInstance, schema_ids: list[str]) -> None:
+    missing = [s for s in schema_ids if not instance.has_dynamic_partition(SCHEMAS, s)]
+    if missing:
+        instance.add_dynamic_partitions(SCHEMAS, missing)
+
+
+def materialize(schema_ids: list[str] | None = None) -> list[str]:
+    """Materialize the named registered schemas (all, if none are named) and the
+    registered schemas they relate to, upstream first. Returns the schema ids run."""
+    from p2panda_assets.definitions import defs
+    from p2panda_assets.pipeline.index import stored_catalog
+    from p2panda_assets.store.registry import registered_schemas
+
+    instance = dagster_instance()
+    with connect(autocommit=True) as conn:
+        ensure_schema(conn)
+        registered = [row.schema_id for row in registered_schemas(conn)]
+        targets = list(schema_ids or registered)
+        unknown = [s for s in targets if s not in registered]
+        if unknown:
+            raise P2pandaError(Reason.AWAITING_SCHEMA, f"not registered: {', '.join(unknown)}")
+        if not targets:
+            return []
+        add_partitions(instance, registered)
+        job = defs.resolve_job_def(JOB)
+        # The index step (asset raw_entries) comes first: the relation order needs it.
+        _run(job, instance, targets[0], [dg.AssetKey("raw_entries")])
+        order = stored_catalog(conn).order()
+    wanted = _with_upstream(set(targets), order.upstream)
+    ordered = [s for s in order.order if s in wanted]
+    ordered += sorted(s for s in wanted if s not in ordered and s in registered)
+    for schema_id in ordered:
+        _run(job, instance, schema_id, None)
+    return ordered
+
+
+def _with_upstream(targets: set[str], upstream: dict[str, tuple[str, ...]]) -> set[str]:
+    wanted, todo = set(targets), list(targets)
+    while todo:
+        for parent in upstream.get(todo.pop(), ()):
+            if parent not in wanted:
+                wanted.add(parent)
+                todo.append(parent)
+    return wanted
+
+
+def _run(job: dg.JobDefinition, instance: dg.DagsterInstance, schema_id: str, selection) -> None:
+    result = job.execute_in_process(
+        run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+        instance=instance,
+        partition_key=schema_id,
+        asset_selection=selection,
+        raise_on_error=False,
+    )
+    if not result.success:
+        failures = [e.message for e in result.all_events if e.is_failure]
+        raise RuntimeError(f"materializing {schema_id} failed: {'; '.join(failures)}")

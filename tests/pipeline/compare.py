@@ -1,0 +1,75 @@
+"""Comparing what the pipeline wrote to PostgreSQL with what the engine computes."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from decimal import Decimal
+
+import psycopg
+from psycopg import sql
+
+from p2panda_assets.engine.corpus import Corpus
+from p2panda_assets.engine.values import to_json
+from p2panda_assets.store.registry import table_name_for
+
+
+def normal(value: object) -> object:
+    """One comparable form for engine values and PostgreSQL values."""
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        return [normal(v) for v in value]
+    if isinstance(value, float) and math.isnan(value):
+        return "NaN"
+    if isinstance(value, (bytes, memoryview)):
+        return bytes(value).hex()
+    if isinstance(value, datetime):
+        return value.timestamp()
+    if isinstance(value, Decimal):
+        return int(value)
+    return value
+
+
+def engine_tables(corpus: Corpus) -> dict[str, list[tuple]]:
+    tables = {}
+    for schema_id, table in corpus.tables.items():
+        if table.dropped:
+            continue
+        rows = []
+        for row in table.rows:
+            values = [normal(row.values[name]) for name in table.history.lens]
+            rows.append((row.instance_id.hex(), row.author.hex(), row.version, row.seq, *values))
+        tables[schema_id] = rows
+    return tables
+
+
+def pg_tables(conn: psycopg.Connection, schema_ids: list[str]) -> dict[str, list[tuple]]:
+    tables = {}
+    for schema_id in schema_ids:
+        status = conn.execute(
+            "SELECT status FROM p2panda.schemas WHERE schema_id = %s", (schema_id,)
+        ).fetchone()[0]
+        if status != "materialized":
+            continue
+        schema, name = table_name_for(schema_id).split(".")
+        rows = conn.execute(
+            sql.SQL("SELECT * FROM {} ORDER BY _instance_id").format(sql.Identifier(schema, name))
+        ).fetchall()
+        tables[schema_id] = [tuple(normal(v) for v in row) for row in rows]
+    return tables
+
+
+def engine_accounts(corpus: Corpus) -> dict[str, tuple]:
+    return {
+        h.hex(): (a.schema_id, str(a.state), None if a.reason is None else str(a.reason), a.message)
+        for h, a in corpus.accounts.items()
+    }
+
+
+def pg_accounts(conn: psycopg.Connection) -> dict[str, tuple]:
+    rows = conn.execute("SELECT hash, schema_id, state, reason, message FROM p2panda.accounts")
+    return {bytes(h).hex(): (s, st, r, m or "") for h, s, st, r, m in rows}
+
+
+__all__ = ["engine_accounts", "engine_tables", "pg_accounts", "pg_tables", "to_json"]

@@ -1,0 +1,53 @@
+"""The Spark pipeline writes exactly what the engine computes: for random corpora
+(relations, reverts, invalid migrations, forks, flipped bytes, garbage payloads,
+duplicates, logs interleaved, some schemas left unregistered), every table in
+PostgreSQL and every entry's account equal `reduce_corpus`, value for value."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from p2panda_assets.engine.corpus import reduce_corpus
+from p2panda_assets.pipeline.run import run_pipeline
+from p2panda_assets.store.database import connect, ensure_schema, jdbc_options
+from p2panda_assets.store.ingest import ingest
+from p2panda_assets.store.registry import parse_schema_id, register
+from tests.pipeline.compare import engine_accounts, engine_tables, pg_accounts, pg_tables
+from tests.strategies import corpora
+
+pytestmark = [pytest.mark.spark, pytest.mark.postgres]
+
+
+def empty_store(url: str) -> psycopg.Connection:
+    conn = connect(url, autocommit=True)
+    conn.execute("DROP SCHEMA IF EXISTS p2panda CASCADE")
+    conn.execute("DROP SCHEMA IF EXISTS p2panda_data CASCADE")
+    ensure_schema(conn)
+    return conn
+
+
+def check_equal(spark, url: str, pairs, registered: set[str]) -> None:
+    with empty_store(url) as conn:
+        ingest(conn, pairs)
+        for schema_id in sorted(registered):
+            author, log_id = parse_schema_id(schema_id)
+            register(conn, author, log_id, None)
+        run_pipeline(spark, conn, jdbc_options(url))
+        expected = reduce_corpus(pairs, registered)
+        assert pg_tables(conn, sorted(registered)) == engine_tables(expected)
+        assert pg_accounts(conn) == engine_accounts(expected)
+
+
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(corpus=corpora(), data=st.data())
+def test_pipeline_tables_and_accounts_equal_the_engine(spark, session_database, corpus, data):
+    schema_ids = sorted(reduce_corpus(corpus.pairs).histories)
+    registered = {s for s in schema_ids if data.draw(st.booleans(), label=f"register {s[-3:]}")}
+    check_equal(spark, session_database, corpus.pairs, registered)

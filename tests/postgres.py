@@ -1,0 +1,35 @@
+"""Helpers for tests against a real PostgreSQL (the fixtures are in conftest.py)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from psycopg.conninfo import make_conninfo
+
+from p2panda_assets.store.embedded import stop_embedded
+
+
+def with_database(url: str, dbname: str) -> str:
+    """`url` pointing at another database (URL or key=value form)."""
+    if url.startswith(("postgresql://", "postgres://")):
+        return urlsplit(url)._replace(path=f"/{dbname}").geturl()
+    return make_conninfo(url, dbname=dbname)
+
+
+def embedded_home() -> Iterator[Path]:
+    """A fresh `$P2PANDA_HOME` for an embedded server, removed afterwards.
+
+    Made directly under the system temp dir, not with tmp_path: as root the server runs
+    as another user, who must traverse the path, and every pytest session resets
+    /tmp/pytest-of-root to 0700 (which would break a server another session started).
+    """
+    home = Path(tempfile.mkdtemp(prefix="p2panda-test-home-"))
+    try:
+        yield home
+    finally:
+        stop_embedded(home)
+        shutil.rmtree(home, ignore_errors=True)
