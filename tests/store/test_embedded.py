@@ -60,7 +60,8 @@ def test_a_restart_chooses_a_new_port_when_the_old_one_is_taken(home: Path) -> N
     port = port_of(ensure_embedded(home))
     stop_embedded(home)
     with socket.socket() as squatter:
-        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # the port may be in TIME_WAIT
+        # The stopped server's port may still be in TIME_WAIT.
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         squatter.bind(("127.0.0.1", port))
         squatter.listen()
         new_port = port_of(ensure_embedded(home))
