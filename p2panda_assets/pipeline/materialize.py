@@ -14,6 +14,7 @@ from decimal import Decimal
 import pandas as pd
 import psycopg
 from psycopg import sql
+from pyspark.broadcast import Broadcast
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -25,6 +26,7 @@ from p2panda_assets.engine.corpus import (
     reduction_accounts,
 )
 from p2panda_assets.engine.instances import Instance
+from p2panda_assets.engine.lens import Lens
 from p2panda_assets.engine.relations import BuildOrder, relation_target
 from p2panda_assets.pipeline.columns import (
     SYSTEM_COLUMNS_PG,
@@ -37,6 +39,7 @@ from p2panda_assets.pipeline.columns import (
 from p2panda_assets.pipeline.decoded import items_log
 from p2panda_assets.pipeline.index import UPSERT_ACCOUNTS, account_rows
 from p2panda_assets.pipeline.jdbc import Jdbc, append, read_query, require_autocommit
+from p2panda_assets.protocol.fieldtypes import FieldType
 from p2panda_assets.store.registry import table_name_for
 
 SCHEMA_ID = re.compile(r"^[0-9a-f]{64}-[0-9]{1,20}$")
@@ -148,88 +151,133 @@ def materialize_schema(
         return outcome
     assert decoded is not None, "a schema in the build order has decoded messages"
     history = catalog.histories[schema_id]
-    owners = _owners(conn, schema_id)
-    broadcast = spark.sparkContext.broadcast((catalog, schema_id, owners))
-    result_type = reduce_schema_type(catalog, schema_id)
-    names = result_type.fieldNames()
-
-    def reduce_group(pdf: pd.DataFrame) -> pd.DataFrame:
-        catalog_, schema_id_, owners_ = broadcast.value
-        return rows_frame(_reduce_rows(catalog_, schema_id_, owners_, pdf), names)
-
-    instance_logs = decoded.filter(~F.col("is_schema_log"))
-    reduced = instance_logs.groupBy("author", "log_id").applyInPandas(reduce_group, result_type)
-    reduced = reduced.cache()
+    upstream = order.upstream.get(schema_id, ())
+    broadcast = spark.sparkContext.broadcast((catalog, schema_id, _owners(conn, schema_id)))
+    reduced = _reduce(decoded, broadcast, reduce_schema_type(catalog, schema_id)).cache()
     instances = reduced.filter(F.col("row_type") == "instance")
-    deleted = _cascade(spark, jdbc, schema_id, instances, order.upstream.get(schema_id, ()))
+    deleted = _cascade(spark, jdbc, schema_id, instances, upstream)
     flagged = (
         instances.join(deleted.withColumn("gone", F.lit(True)), "hash", "left")
         .withColumn("live", F.col("gone").isNull())
         .cache()
     )
+    latest = history.latest
     outcome = Outcome(
         schema_id,
         "materialized" if history.lens else "dropped",
         table_name=table_name,
-        version=history.latest.seq if history.latest else None,
-        version_hash=history.latest.hash.hex() if history.latest else None,
-        upstream=order.upstream.get(schema_id, ()),
+        version=latest.seq if latest else None,
+        version_hash=latest.hash.hex() if latest else None,
+        upstream=upstream,
     )
-    stage_accounts = _stage(
+    staged = _Staged()
+    try:
+        _stage_accounts(conn, jdbc, staged, schema_id, reduced, flagged)
+        staged.deleted = _stage(conn, "p2panda", "instance_id bytea")
+        append(
+            deleted.select(F.col("hash").alias("instance_id")), jdbc, staged.name(conn, "deleted")
+        )
+        if history.lens:
+            _stage_rows(conn, jdbc, staged, history.lens, flagged, outcome)
+        _swap(conn, outcome, catalog, staged, field_columns(history.lens))
+    except BaseException:
+        _drop(conn, staged)  # a failed run leaves the previous table and no litter
+        raise
+    finally:
+        reduced.unpersist()
+        flagged.unpersist()
+        broadcast.unpersist()
+    return outcome
+
+
+@dataclass(slots=True)
+class _Staged:
+    """One run's staging tables (None until created)."""
+
+    accounts: sql.Composed | None = None
+    deleted: sql.Composed | None = None
+    table: sql.Composed | None = None
+
+    def name(self, conn: psycopg.Connection, which: str) -> str:
+        return getattr(self, which).as_string(conn)
+
+
+def _reduce(decoded: DataFrame, broadcast: Broadcast, result_type: T.StructType) -> DataFrame:
+    """Every instance log of the schema through the engine, one Spark group per log."""
+    names = result_type.fieldNames()
+
+    def reduce_group(pdf: pd.DataFrame) -> pd.DataFrame:
+        catalog, schema_id, owners = broadcast.value
+        return rows_frame(_reduce_rows(catalog, schema_id, owners, pdf), names)
+
+    instance_logs = decoded.filter(~F.col("is_schema_log"))
+    return instance_logs.groupBy("author", "log_id").applyInPandas(reduce_group, result_type)
+
+
+def _stage_accounts(
+    conn: psycopg.Connection,
+    jdbc: Jdbc,
+    staged: _Staged,
+    schema_id: str,
+    reduced: DataFrame,
+    flagged: DataFrame,
+) -> None:
+    """The accounts of the schema's instance logs: rejected, pending and delete entries
+    from the reduction; the messages of each instance applied or superseded, by whether
+    the instance survived the cascades and whether the message still shapes it."""
+    staged.accounts = _stage(
         conn,
         "p2panda",
         "hash bytea, schema_id text, state text, reason text, message text, origin text",
     )
-    account_frame = reduced.filter(F.col("row_type") == "account").select(
+    from_reduction = reduced.filter(F.col("row_type") == "account").select(
         "hash", "schema_id", "state", "reason", "message"
     )
-    instance_accounts = flagged.select(F.explode("messages").alias("m"), "live", "shaping").select(
+    shaped = F.col("live") & F.array_contains("shaping", F.col("m"))
+    from_instances = flagged.select(F.explode("messages").alias("m"), "live", "shaping").select(
         F.col("m").alias("hash"),
         F.lit(schema_id).alias("schema_id"),
-        F.when(F.col("live") & F.array_contains("shaping", F.col("m")), "applied")
-        .otherwise("superseded")
-        .alias("state"),
+        F.when(shaped, "applied").otherwise("superseded").alias("state"),
         F.lit(None).cast("string").alias("reason"),
         F.lit("").alias("message"),
     )
-    append(
-        account_frame.unionByName(instance_accounts).withColumn("origin", F.lit("instance")),
-        jdbc,
-        stage_accounts.as_string(conn),
+    accounts = from_reduction.unionByName(from_instances).withColumn("origin", F.lit("instance"))
+    append(accounts, jdbc, staged.name(conn, "accounts"))
+
+
+def _stage_rows(
+    conn: psycopg.Connection,
+    jdbc: Jdbc,
+    staged: _Staged,
+    lens: Lens,
+    flagged: DataFrame,
+    outcome: Outcome,
+) -> None:
+    """The live instances as rows of a staging table with the exact column types."""
+    columns = field_columns(lens)
+    definitions = [f"{n} {t}" for n, t in SYSTEM_COLUMNS_PG] + [
+        f"{c} {pg_type(f)}" for c, _, f in columns
+    ]
+    staged.table = _stage(conn, "p2panda_data", ", ".join(definitions))
+    live = flagged.filter("live")
+    rows = live.select(
+        F.lower(F.hex("hash")).alias("_instance_id"),
+        F.lower(F.hex("author")).alias("_author"),
+        F.col("version").alias("_version"),
+        F.col("seq").alias("_seq"),
+        *[c for c, _, _ in columns],
     )
-    stage_deleted = _stage(conn, "p2panda", "instance_id bytea")
-    append(deleted.select(F.col("hash").alias("instance_id")), jdbc, stage_deleted.as_string(conn))
-    columns = field_columns(history.lens)
-    stage_table = None
-    if history.lens:
-        stage_table = _stage(
-            conn,
-            "p2panda_data",
-            ", ".join(
-                [f"{n} {t}" for n, t in SYSTEM_COLUMNS_PG]
-                + [f"{c} {pg_type(f)}" for c, _, f in columns]
-            ),
-        )
-        live = flagged.filter("live")
-        rows = live.select(
-            F.lower(F.hex("hash")).alias("_instance_id"),
-            F.lower(F.hex("author")).alias("_author"),
-            F.col("version").alias("_version"),
-            F.col("seq").alias("_seq"),
-            *[c for c, _, _ in columns],
-        )
-        append(rows, jdbc, stage_table.as_string(conn))
-        outcome.fallbacks = {
-            name: count for name, count in _fallbacks(live, [n for _, n, _ in columns]).items()
-        }
-        outcome.rows = conn.execute(
-            sql.SQL("SELECT count(*) FROM {}").format(stage_table)
-        ).fetchone()[0]
-    _swap(conn, outcome, catalog, stage_table, columns, stage_accounts, stage_deleted)
-    reduced.unpersist()
-    flagged.unpersist()
-    broadcast.unpersist()
-    return outcome
+    append(rows, jdbc, staged.name(conn, "table"))
+    outcome.fallbacks = _fallbacks(live, [n for _, n, _ in columns])
+    outcome.rows = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(staged.table)).fetchone()[
+        0
+    ]
+
+
+def _drop(conn: psycopg.Connection, staged: _Staged) -> None:
+    for name in (staged.accounts, staged.deleted, staged.table):
+        if name is not None:
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(name))
 
 
 def _fallbacks(live: DataFrame, names: list[str]) -> dict[str, int]:
@@ -312,29 +360,23 @@ def _swap(
     conn: psycopg.Connection,
     outcome: Outcome,
     catalog: Catalog,
-    stage_table: sql.Composed | None,
-    columns: list,
-    stage_accounts: sql.Composed,
-    stage_deleted: sql.Composed,
+    staged: _Staged,
+    columns: list[tuple[str, str, FieldType]],
 ) -> None:
     """Replace the table, the schema's instance accounts, its deleted set and its
-    registry row in one transaction."""
+    registry row in one transaction: readers see the old table or the new one."""
     target_schema, target_name = outcome.table_name.split(".")
     target = sql.Identifier(target_schema, target_name)
     with conn.transaction():
         conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(target))
-        if stage_table is not None:
-            conn.execute(sql.SQL("ALTER TABLE {} SET LOGGED").format(stage_table))
-            conn.execute(
-                sql.SQL("ALTER TABLE {} RENAME TO {}").format(
-                    stage_table, sql.Identifier(target_name)
-                )
-            )
+        if staged.table is not None:
+            conn.execute(sql.SQL("ALTER TABLE {} SET LOGGED").format(staged.table))
+            rename = sql.SQL("ALTER TABLE {} RENAME TO {}")
+            conn.execute(rename.format(staged.table, sql.Identifier(target_name)))
             for column, name, _ in columns:
+                rename_column = sql.SQL("ALTER TABLE {} RENAME COLUMN {} TO {}")
                 conn.execute(
-                    sql.SQL("ALTER TABLE {} RENAME COLUMN {} TO {}").format(
-                        target, sql.Identifier(column), sql.Identifier(name)
-                    )
+                    rename_column.format(target, sql.Identifier(column), sql.Identifier(name))
                 )
         conn.execute(
             "DELETE FROM p2panda.accounts WHERE origin = 'instance' AND schema_id = %s",
@@ -344,7 +386,7 @@ def _swap(
             sql.SQL(
                 "INSERT INTO p2panda.accounts (hash, schema_id, state, reason, message, origin)"
                 " SELECT hash, schema_id, state, reason, message, origin FROM {}" + UPSERT_ACCOUNTS
-            ).format(stage_accounts)
+            ).format(staged.accounts)
         )
         conn.execute(
             "DELETE FROM p2panda.deleted_instances WHERE schema_id = %s", (outcome.schema_id,)
@@ -353,10 +395,10 @@ def _swap(
             sql.SQL(
                 "INSERT INTO p2panda.deleted_instances (schema_id, instance_id)"
                 " SELECT %s, instance_id FROM {}"
-            ).format(stage_deleted),
+            ).format(staged.deleted),
             (outcome.schema_id,),
         )
-        conn.execute(sql.SQL("DROP TABLE {}, {}").format(stage_accounts, stage_deleted))
+        conn.execute(sql.SQL("DROP TABLE {}, {}").format(staged.accounts, staged.deleted))
         _update_registry(conn, outcome, catalog)
 
 
