@@ -77,8 +77,12 @@ class Reason(StrEnum):
     BAD_HEX = "bad-hex"  # input that should be hex is not
     BAD_INPUT = "bad-input"  # a line or file that is not in the documented format
     UNREADABLE_FILE = "unreadable-file"  # a named file cannot be read
+    UNWRITABLE_FILE = "unwritable-file"  # an output file cannot be written
     KEY_EXISTS = "key-exists"  # `panda key new` would overwrite a key
     NO_KEY = "no-key"  # a command needs a key and none is stored
+    SCHEMA_EXISTS = "schema-exists"  # `panda schema NAME init` for a name already authored here
+    UNKNOWN_SCHEMA = "unknown-schema"  # a command names a schema this home does not know
+    DATABASE_UNAVAILABLE = "database-unavailable"  # the database cannot be started or reached
     # --- pending: what an entry waits for -------------------------------------------
     AWAITING_ENTRY = "awaiting-entry"  # an earlier entry of its log has not arrived
     AWAITING_SCHEMA = "awaiting-schema"  # the schema (log) is not known or registered

@@ -39,20 +39,28 @@ def parse_line(text: str) -> tuple[bytes, bytes | None]:
 
 
 def read_entry_lines(paths: Iterable[str | Path]) -> Iterator[tuple[bytes, bytes | None] | BadLine]:
-    """Every line of every file, in order; unreadable files raise `unreadable-file`."""
+    """Every line of every file, in order; unreadable files raise `unreadable-file`. A
+    line that is not UTF-8 is a bad line like any other, not the end of the file."""
     for path in paths:
         try:
-            file = open(path, encoding="utf-8")  # noqa: SIM115 - closed below
+            file = open(path, "rb")  # noqa: SIM115 - closed below
         except OSError as error:
             raise P2pandaError(Reason.UNREADABLE_FILE, f"{path}: {error.strerror}") from None
         with file:
-            for number, text in enumerate(file, start=1):
-                if not text.strip():
+            for number, raw in enumerate(file, start=1):
+                if not raw.strip():
                     continue
                 try:
-                    yield parse_line(text)
+                    yield parse_line(_text(raw))
                 except P2pandaError as error:
                     yield BadLine(str(path), number, error)
+
+
+def _text(raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise P2pandaError(Reason.BAD_INPUT, "the line is not UTF-8 text") from None
 
 
 def entry_line(entry: bytes, payload: bytes) -> str:

@@ -135,7 +135,7 @@ def _append(out: Path, text: str) -> int:
                 raise
     except OSError as error:
         raise P2pandaError(
-            Reason.UNREADABLE_FILE, f"{out}: cannot write: {error.strerror}"
+            Reason.UNWRITABLE_FILE, f"{out}: cannot write: {error.strerror}"
         ) from None
     return start
 

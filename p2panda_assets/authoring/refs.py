@@ -82,7 +82,7 @@ def find_schema(me: AuthorState, text: str, entries: Sequence[str] = ()) -> Sche
         record = me.schemas.get(text)
         if record is None:
             raise P2pandaError(
-                Reason.AWAITING_SCHEMA,
+                Reason.UNKNOWN_SCHEMA,
                 f"no local schema named {text!r} (name one by its schema id `<author>-<log>`)",
             )
         return _own(me, record.log_id, text)
@@ -160,7 +160,7 @@ def foreign_history(author: bytes, log_id: int, paths: Sequence[str]) -> SchemaH
     verdict = validate_log(entry for entry, _ in entries.values())
     if not verdict.accepted:
         raise P2pandaError(
-            Reason.AWAITING_SCHEMA,
+            Reason.UNKNOWN_SCHEMA,
             f"no entries of schema {author.hex()}-{log_id} in {', '.join(paths)}",
         )
     items = [(e.seq_num, e.hash, _decode(entries[e.hash][1])) for e in verdict.accepted]

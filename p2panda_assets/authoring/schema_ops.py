@@ -55,7 +55,7 @@ def init_schema(
     if name in me.schemas:
         record = me.schemas[name]
         raise P2pandaError(
-            Reason.BAD_NAME, f"schema {name!r} already exists here ({record.schema_id})"
+            Reason.SCHEMA_EXISTS, f"schema {name!r} already exists here ({record.schema_id})"
         )
     notes = []
     if isinstance(file_name, str) and file_name != name:
@@ -118,7 +118,7 @@ def _own_schema(session: Session, name: str) -> tuple[LogRecord, SchemaHistory]:
     schema = session.me.schemas.get(name)
     if schema is None:
         raise P2pandaError(
-            Reason.AWAITING_SCHEMA,
+            Reason.UNKNOWN_SCHEMA,
             f"no local schema named {name!r}: create it with `panda schema {name} init`",
         )
     record = session.me.logs[schema.log_id]

@@ -86,12 +86,7 @@ def _check_readable(path: str) -> None:
 
 
 def _read(paths: Sequence[str]) -> Iterator[Item]:
-    """The files' lines; a file that is not UTF-8 text cannot be read as lines at all."""
-    for path in paths:
-        try:
-            yield from read_entry_lines([path])
-        except UnicodeDecodeError:
-            raise P2pandaError(Reason.UNREADABLE_FILE, f"{path}: not UTF-8 text") from None
+    yield from read_entry_lines(paths)
 
 
 def _warn_bad_lines(items: Iterable[Item], *, clear: bool) -> Iterator[Item]:

@@ -32,14 +32,20 @@ def database_url() -> str:
     url = os.environ.get(DATABASE_URL_ENV, "").strip()
     if url:
         return url
-    from p2panda_assets.store.embedded import ensure_embedded
+    from p2panda_assets.store.embedded import EmbeddedError, ensure_embedded
 
-    return ensure_embedded()
+    try:
+        return ensure_embedded()
+    except EmbeddedError as error:
+        raise P2pandaError(Reason.DATABASE_UNAVAILABLE, f"embedded PostgreSQL: {error}") from None
 
 
 def connect(url: str | None = None, *, autocommit: bool = False) -> psycopg.Connection:
     """A psycopg 3 connection to `url` (default: `database_url()`)."""
-    return psycopg.connect(url or database_url(), autocommit=autocommit)
+    try:
+        return psycopg.connect(url or database_url(), autocommit=autocommit)
+    except psycopg.OperationalError as error:
+        raise P2pandaError(Reason.DATABASE_UNAVAILABLE, str(error).strip()) from None
 
 
 def ddl() -> str:

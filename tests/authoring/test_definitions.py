@@ -185,7 +185,7 @@ def test_without_default_the_change_has_none() -> None:
         ({"action": "update", "type": "text"}, Reason.MISSING_KEY),
         ({"action": "rename"}, Reason.BAD_VALUE),
         ({"type": "string"}, Reason.UNKNOWN_TYPE),
-        ({"type": "relation", "schema": "nobody"}, Reason.AWAITING_SCHEMA),
+        ({"type": "relation", "schema": "nobody"}, Reason.UNKNOWN_SCHEMA),
         ({"type": "relation", "schema": "profile", "cascade": "yes"}, Reason.BAD_TYPE),
     ],
 )

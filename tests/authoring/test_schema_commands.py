@@ -83,7 +83,7 @@ def test_init_of_an_existing_name_is_refused(keyed: Run, tmp_path: Path) -> None
     out = tmp_path / "s.jsonl"
     ok(keyed("schema", "comment", "init", "--out", out))
     code, _, err = keyed("schema", "comment", "init", "--out", out)
-    assert code == 1 and err.startswith("error: bad-name:") and "already exists" in err
+    assert code == 1 and err.startswith("error: schema-exists:") and "already exists" in err
     assert len(out.read_text().splitlines()) == 1
 
 
@@ -209,7 +209,7 @@ def test_an_unwritable_out_file_publishes_nothing(
     keyed: Run, tmp_path: Path, p2panda_home: Path
 ) -> None:
     code, _, err = keyed("schema", "profile", "init", "--out", tmp_path)  # a directory
-    assert code == 1 and err.startswith("error: unreadable-file:")
+    assert code == 1 and err.startswith("error: unwritable-file:")
     assert not (p2panda_home / STATE_FILE).exists()
     assert ok(keyed("schema", "profile", "init", "--out", tmp_path / "s.jsonl")).endswith(
         "-1 version 1"

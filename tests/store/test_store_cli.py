@@ -49,12 +49,16 @@ def test_ingest_of_an_unreadable_file_stores_nothing(
     assert out == "accepted 1, duplicate 0, rejected 0\n"
 
 
-def test_ingest_of_a_file_that_is_not_text(capsys, database_url: str, tmp_path: Path) -> None:
-    binary = tmp_path / "binary.jsonl"
-    binary.write_bytes(b"\xff\xfe\x00garbage\n")
-    code, _, err = run(capsys, "ingest", str(binary))
-    assert code != 0
-    assert err == f"error: unreadable-file: {binary}: not UTF-8 text\n"
+def test_a_line_that_is_not_utf8_is_rejected_and_the_good_line_beside_it_kept(
+    capsys, database_url: str, tmp_path: Path, pairs
+) -> None:
+    mixed = tmp_path / "mixed.jsonl"
+    entry, payload = pairs[0]
+    mixed.write_bytes(b"\xff\xfe\x00garbage\n" + entry_line(entry, payload).encode() + b"\n")
+    code, out, err = run(capsys, "ingest", str(mixed))
+    assert code == 0
+    assert out == "accepted 1, duplicate 0, rejected 1\n"
+    assert err == f"warning: bad-input: {mixed}:1: the line is not UTF-8 text\n"
 
 
 def test_register_prints_schema_id_and_table(capsys, database_url: str) -> None:
