@@ -300,3 +300,17 @@ def test_every_entry_is_accounted_for_exactly_once(corpus) -> None:
     counts = result.counts(schema.schema_id)
     assert counts == {State.APPLIED: 4, State.SUPERSEDED: 1, State.PENDING: 0, State.REJECTED: 1}
     assert sum(counts.values()) == len(corpus.pairs)
+
+
+def test_entries_after_a_gap_in_an_instance_log_wait_for_the_missing_entry(corpus) -> None:
+    schema = slothmail(corpus)
+    alice = instances(corpus.author(2), 1)
+    alice.create(schema.ref(), subject="first")
+    missing = alice.create(schema.ref(), subject="never arrives")
+    after = alice.create(schema.ref(), subject="after the gap")
+    pairs = [p for p in corpus.pairs if p[0] != corpus.pairs[-2][0]]
+    result = reduce_corpus(pairs)
+    assert missing not in result.accounts
+    assert account(result, after).state is State.PENDING
+    assert account(result, after).reason is Reason.AWAITING_ENTRY
+    assert account(result, after).schema_id == schema.schema_id
