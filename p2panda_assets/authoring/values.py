@@ -17,9 +17,9 @@ from datetime import date, datetime, time
 import yaml
 
 from p2panda_assets.engine.conversion import ConversionFailed, convert, convert_raw
+from p2panda_assets.engine.instances import typed_values
 from p2panda_assets.engine.lens import Lens
-from p2panda_assets.engine.validation import validates
-from p2panda_assets.engine.values import interpret, to_raw
+from p2panda_assets.engine.values import to_raw
 from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.protocol.fieldtypes import BaseType, FieldType
 from p2panda_assets.protocol.messages import FieldValue
@@ -73,21 +73,8 @@ def freeze(raw: object) -> FieldValue:
 
 
 def check_fields(fields: Mapping[str, object], lens: Lens, version: int) -> None:
-    """Refuse what the engine would reject: unknown fields, values that do not fit the
-    type at `version`, values that fail the field's validation."""
-    for name, raw in fields.items():
-        spec = lens.get(name)
-        if spec is None:
-            known = ", ".join(lens) or "none"
-            raise P2pandaError(
-                Reason.UNKNOWN_FIELD, f"version {version} has no field {name!r} (fields: {known})"
-            )
-        value = interpret(raw, spec.type)
-        if not validates(value, spec.type, spec.compiled_validation):
-            raise P2pandaError(
-                Reason.VALIDATION_FAILED,
-                f"field {name!r} fails its validation {spec.validation!r} at version {version}",
-            )
+    """Refuse what the engine would reject, with the engine's own check."""
+    typed_values(fields.items(), lens, version)
 
 
 def _json_array(text: str, name: str) -> list[object]:

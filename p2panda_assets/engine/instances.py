@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from p2panda_assets.engine.lens import Value
+from p2panda_assets.engine.lens import Lens, Value
 from p2panda_assets.engine.migrate import migrate_values
 from p2panda_assets.engine.schema_log import SchemaHistory
 from p2panda_assets.engine.validation import validates
@@ -164,20 +164,28 @@ def _version_of(message: InstanceMessage, history: SchemaHistory, resolve: Resol
     return resolved.version
 
 
-def _typed_values(
-    fields: Iterable[tuple[str, object]], history: SchemaHistory, version: int
+def typed_values(
+    fields: Iterable[tuple[str, object]], lens: Lens, version: int
 ) -> dict[str, Value]:
-    """The message's values at the version it names, strictly: unknown fields, values
-    that do not fit the type and values that fail validation reject the message."""
-    lens = history.versions[version].lens
+    fields: Iterable[tuple[str, object]], lens: Lens, version: int
+) -> dict[str, Value]:
+    """A message's values at the version it names, strictly: unknown fields, values that
+    do not fit the type and values that fail validation reject the message. (Authoring
+    calls this too, to refuse what the engine would reject before publishing it.)"""
     values: dict[str, Value] = {}
     for name, raw in fields:
         spec = lens.get(name)
         if spec is None:
-            raise P2pandaError(Reason.UNKNOWN_FIELD, f"version {version} has no field {name!r}")
+            known = ", ".join(lens) or "none"
+            raise P2pandaError(
+                Reason.UNKNOWN_FIELD, f"version {version} has no field {name!r} (fields: {known})"
+            )
         value = interpret(raw, spec.type)
         if not validates(value, spec.type, spec.compiled_validation):
-            raise P2pandaError(Reason.VALIDATION_FAILED, f"{name!r} fails its validation")
+            raise P2pandaError(
+                Reason.VALIDATION_FAILED,
+                f"field {name!r} fails its validation {spec.validation!r} at version {version}",
+            )
         values[name] = value
     return values
 
@@ -191,7 +199,7 @@ def _create(
     entry_hash: bytes,
 ) -> Instance:
     assert version is not None
-    values = _typed_values(message.fields, history, version)
+    values = typed_values(message.fields, history.versions[version].lens, version)
     for name, spec in history.versions[version].lens.items():
         values.setdefault(name, spec.default)
     values, fell_back = migrate_values(values, version, history, is_create=True)
@@ -216,7 +224,7 @@ def _update(
     seq: int,
     entry_hash: bytes,
 ) -> None:
-    values = _typed_values(message.fields, history, version)
+    values = typed_values(message.fields, history.versions[version].lens, version)
     values, fell_back = migrate_values(values, version, history, is_create=False)
     instance.values.update(values)
     for name in values:
