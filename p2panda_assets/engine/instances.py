@@ -167,8 +167,6 @@ def _version_of(message: InstanceMessage, history: SchemaHistory, resolve: Resol
 def typed_values(
     fields: Iterable[tuple[str, object]], lens: Lens, version: int
 ) -> dict[str, Value]:
-    fields: Iterable[tuple[str, object]], lens: Lens, version: int
-) -> dict[str, Value]:
     """A message's values at the version it names, strictly: unknown fields, values that
     do not fit the type and values that fail validation reject the message. (Authoring
     calls this too, to refuse what the engine would reject before publishing it.)"""
