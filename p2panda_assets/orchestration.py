@@ -35,9 +35,11 @@ def prepare_environment() -> str:
     return url
 
 
-def dagster_instance() -> dg.DagsterInstance:
+def add_partition(schema_id: str) -> None:
+    """Make a newly registered schema a partition of the asset family."""
     prepare_environment()
-    return dg.DagsterInstance.get()
+    with dg.DagsterInstance.get() as instance:
+        add_partitions(instance, [schema_id])
 
 
 def add_partitions(instance: dg.DagsterInstance, schema_ids: list[str]) -> None:
@@ -53,8 +55,8 @@ def materialize(schema_ids: list[str] | None = None) -> list[str]:
     from p2panda_assets.pipeline.index import stored_catalog
     from p2panda_assets.store.registry import registered_schemas
 
-    instance = dagster_instance()
-    with connect(autocommit=True) as conn:
+    prepare_environment()
+    with dg.DagsterInstance.get() as instance, connect(autocommit=True) as conn:
         ensure_schema(conn)
         registered = [row.schema_id for row in registered_schemas(conn)]
         targets = list(schema_ids or registered)
@@ -68,11 +70,11 @@ def materialize(schema_ids: list[str] | None = None) -> list[str]:
         # The index step (asset raw_entries) comes first: the relation order needs it.
         _run(job, instance, targets[0], [dg.AssetKey("raw_entries")])
         order = stored_catalog(conn).order()
-    wanted = _with_upstream(set(targets), order.upstream)
-    ordered = [s for s in order.order if s in wanted]
-    ordered += sorted(s for s in wanted if s not in ordered and s in registered)
-    for schema_id in ordered:
-        _run(job, instance, schema_id, None)
+        wanted = _with_upstream(set(targets), order.upstream)
+        ordered = [s for s in order.order if s in wanted]
+        ordered += sorted(s for s in wanted if s not in ordered and s in registered)
+        for schema_id in ordered:
+            _run(job, instance, schema_id, None)
     return ordered
 
 

@@ -123,9 +123,9 @@ def run_register(args: argparse.Namespace) -> int:
     log_id = _parse_log_id(args.log_id)
     with open_store() as conn:
         registration = register_schema(conn, author, log_id, args.name)
-    from p2panda_assets.orchestration import add_partitions, dagster_instance
+    from p2panda_assets.orchestration import add_partition
 
-    add_partitions(dagster_instance(), [registration.schema_id])
+    add_partition(registration.schema_id)
     print(f"schema_id: {registration.schema_id}")
     print(f"table_name: {registration.table_name}")
     return 0

@@ -19,7 +19,7 @@ from p2panda_assets.defs.partitions import schemas
 from p2panda_assets.defs.resources import PostgresResource
 from p2panda_assets.engine.corpus import Catalog
 from p2panda_assets.engine.relations import BuildOrder
-from p2panda_assets.pipeline.columns import pg_type
+from p2panda_assets.pipeline.columns import SYSTEM_COLUMNS_PG, column_type, pg_type
 from p2panda_assets.pipeline.decoded import decode_schema, decoded_path
 from p2panda_assets.pipeline.index import run_index, stored_catalog
 from p2panda_assets.pipeline.materialize import checked_schema_id, materialize_schema
@@ -157,12 +157,7 @@ def materialized_table(
             "upstream_schemas": dg.MetadataValue.json(list(outcome.upstream)),
             "fallbacks": dg.MetadataValue.json(outcome.fallbacks),
             "dagster/column_schema": dg.TableSchema(
-                columns=[
-                    dg.TableColumn("_instance_id", "text"),
-                    dg.TableColumn("_author", "text"),
-                    dg.TableColumn("_version", "bigint"),
-                    dg.TableColumn("_seq", "numeric"),
-                ]
+                columns=[dg.TableColumn(name, column_type(pg)) for name, pg in SYSTEM_COLUMNS_PG]
                 + [dg.TableColumn(name, pg_type(spec.type)) for name, spec in history.lens.items()]
             ),
         }
@@ -171,5 +166,5 @@ def materialized_table(
 
 family = [raw_entries, decoded_messages, migration_plan, materialized_table]
 materialize_schema_job = dg.define_asset_job(
-    "materialize_schema", selection=dg.AssetSelection.assets(*family), partitions_def=schemas
+    "materialize_schema", selection=dg.AssetSelection.assets(*family)
 )

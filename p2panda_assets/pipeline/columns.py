@@ -44,6 +44,11 @@ SYSTEM_COLUMNS_PG = (
 )
 
 
+def column_type(definition: str) -> str:
+    """The type of a column definition, without its constraints."""
+    return definition.split(" PRIMARY KEY")[0].split(" NOT NULL")[0]
+
+
 def pg_type(ftype: FieldType) -> str:
     base = PG_TYPES[ftype.base]
     return f"{base}[]" if ftype.is_array else base

@@ -1,0 +1,313 @@
+"""The asset family run by Dagster on a real instance and a real PostgreSQL: related
+schemas built upstream first equal the engine, metadata describes the tables written,
+a schema whose upstream is missing waits without a materialization, runs repeat without
+change, and `panda materialize` / `panda status` drive it all from the command line.
+
+Each run of the job costs seconds of Spark: the corpora are tiny and the runs few."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import dagster as dg
+import psycopg
+import pytest
+from dagster_postgres import PostgresRunStorage
+from psycopg import sql
+from pyspark.sql import SparkSession
+
+from p2panda_assets.cli.main import main
+from p2panda_assets.cli.store_cmd import STATUS_COLUMNS
+from p2panda_assets.definitions import defs
+from p2panda_assets.engine.builder import CorpusBuilder, SchemaAuthor, create_field, instances
+from p2panda_assets.engine.corpus import reduce_corpus
+from p2panda_assets.errors import Reason
+from p2panda_assets.orchestration import JOB, SCHEMAS
+from p2panda_assets.store.database import connect, ensure_schema
+from p2panda_assets.store.ingest import ingest
+from p2panda_assets.store.registry import parse_schema_id, register, table_name_for
+from tests.pipeline.compare import engine_accounts, engine_tables, pg_accounts, pg_tables
+
+pytestmark = [pytest.mark.spark, pytest.mark.postgres]
+
+TABLE = dg.AssetKey("materialized_table")
+SYSTEM_COLUMNS = [
+    ("_instance_id", "text"),
+    ("_author", "text"),
+    ("_version", "bigint"),
+    ("_seq", "numeric"),
+]
+
+
+@dataclass
+class Relations:
+    """`mail.to` relates to `profile` with cascade; one profile is deleted, so the mail to
+    it goes too. Mail's schema id sorts first (log 20 < 21), so building upstream first is
+    not what sorting by id would do anyway. `stored` counts the entries of each schema."""
+
+    profile: SchemaAuthor
+    mail: SchemaAuthor
+    pairs: list[tuple[bytes, bytes]]
+    stored: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def schema_ids(self) -> list[str]:
+        return [self.profile.schema_id, self.mail.schema_id]
+
+
+def relations_corpus() -> Relations:
+    corpus = CorpusBuilder()
+    owner = corpus.author(1)
+    profile = owner.schema(21, "profile")
+    profile.migrate(create_field("name", "varchar"))
+    mail = owner.schema(20, "mail")
+    mail.migrate(
+        create_field("subject", "text"),
+        create_field("to", "relation", schema=profile.log_ref, cascade=True),
+    )
+    people = instances(corpus.author(2), 1)
+    panda = people.create(profile.ref(), name="panda")
+    sloth = people.create(profile.ref(), name="sloth")
+    letters = instances(corpus.author(3), 1)
+    letters.create(mail.ref(), subject="to panda", to=panda)
+    to_sloth = letters.create(mail.ref(), subject="to sloth", to=sloth)
+    letters.update(mail.ref(), to_sloth, subject="to sloth, again")
+    people.delete(panda, profile.ref())
+    # Schema log (2) + people (3) for profile; schema log (2) + letters (3) for mail.
+    stored = {profile.schema_id: 5, mail.schema_id: 5}
+    return Relations(profile, mail, corpus.pairs, stored)
+
+
+def orphan_corpus() -> tuple[SchemaAuthor, SchemaAuthor, list[tuple[bytes, bytes]]]:
+    """`note.tag` relates to `tag`; only `note` will be registered. (tag, note, pairs)"""
+    corpus = CorpusBuilder()
+    owner = corpus.author(4)
+    tag = owner.schema(30, "tag")
+    tag.migrate(create_field("label", "text"))
+    note = owner.schema(31, "note")
+    note.migrate(create_field("tag", "relation", schema=tag.log_ref))
+    label = instances(corpus.author(5), 1).create(tag.ref(), label="urgent")
+    instances(corpus.author(5), 2).create(note.ref(), tag=label)
+    return tag, note, corpus.pairs
+
+
+@pytest.fixture
+def relations() -> Relations:
+    return relations_corpus()
+
+
+@pytest.fixture
+def store(database_url: str, p2panda_home: Path) -> Iterator[psycopg.Connection]:
+    """An empty store; decoded parquet goes under the test's own P2PANDA_HOME."""
+    with connect(database_url, autocommit=True) as conn:
+        ensure_schema(conn)
+        yield conn
+
+
+def register_all(conn: psycopg.Connection, schema_ids: list[str]) -> None:
+    for schema_id in schema_ids:
+        register(conn, *parse_schema_id(schema_id), None)
+
+
+def run_partition(instance: dg.DagsterInstance, schema_id: str) -> dg.ExecuteInProcessResult:
+    result = defs.resolve_job_def(JOB).execute_in_process(
+        instance=instance, partition_key=schema_id, raise_on_error=False
+    )
+    assert result.success, [e.message for e in result.all_events if e.is_failure]
+    return result
+
+
+def materializations(
+    instance: dg.DagsterInstance, asset: str, schema_id: str
+) -> list[dg.AssetMaterialization]:
+    """Every materialization of one partition of `asset`, oldest first."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[schema_id]),
+        limit=100,
+        ascending=True,
+    ).records
+    return [record.asset_materialization for record in records]
+
+
+def latest_metadata(instance: dg.DagsterInstance, asset: str, schema_id: str) -> dict:
+    """The plain values of the latest materialization's metadata of one partition."""
+    [*_, last] = materializations(instance, asset, schema_id)
+    return {key: value.value for key, value in last.metadata.items()}
+
+
+def table_ident(schema_id: str) -> sql.Identifier:
+    return sql.Identifier(*table_name_for(schema_id).split("."))
+
+
+def table_rows(conn: psycopg.Connection, schema_id: str) -> list[tuple]:
+    rows = conn.execute(
+        sql.SQL("SELECT * FROM {} ORDER BY _instance_id").format(table_ident(schema_id))
+    )
+    return rows.fetchall()
+
+
+def table_columns(conn: psycopg.Connection, schema_id: str) -> list[str]:
+    schema, name = table_name_for(schema_id).split(".")
+    rows = conn.execute(
+        "SELECT column_name FROM information_schema.columns "
+        "WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
+        (schema, name),
+    )
+    return [row[0] for row in rows]
+
+
+def registry_row(conn: psycopg.Connection, schema_id: str) -> tuple[str, str | None]:
+    row = conn.execute(
+        "SELECT status, status_message FROM p2panda.schemas WHERE schema_id = %s", (schema_id,)
+    ).fetchone()
+    assert row is not None
+    return row
+
+
+def test_related_schemas_materialize_upstream_first_as_the_engine_reduces_them(
+    spark: SparkSession, store: psycopg.Connection, relations: Relations
+) -> None:
+    """profile, then mail (which cascades from profile): runs succeed, metadata describes
+    what PostgreSQL holds, tables and accounts equal `reduce_corpus`, and a second run of
+    the same partition finds the index up to date and leaves the table as it was."""
+    profile, mail = relations.schema_ids
+    ingest(store, relations.pairs)
+    register_all(store, relations.schema_ids)
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(SCHEMAS, relations.schema_ids)
+        for schema_id in relations.schema_ids:
+            run_partition(instance, schema_id)
+
+        engine = reduce_corpus(relations.pairs, set(relations.schema_ids))
+        expected = engine_tables(engine)
+        assert pg_tables(store, relations.schema_ids) == expected
+        assert pg_accounts(store) == engine_accounts(engine)
+        assert [len(expected[profile]), len(expected[mail])] == [1, 1]  # the cascade ran
+
+        latest = instance.get_latest_materialization_event(TABLE)
+        assert latest is not None and latest.dagster_event.partition == mail
+        for schema_id, upstream in ((profile, []), (mail, [profile])):
+            [only] = materializations(instance, "materialized_table", schema_id)
+            meta = {key: value.value for key, value in only.metadata.items()}
+            assert meta["status"] == "materialized"
+            assert meta["table"] == table_name_for(schema_id)
+            assert meta["dagster/row_count"] == len(table_rows(store, schema_id))
+            assert meta["upstream_schemas"] == upstream
+            columns = meta["dagster/column_schema"].columns
+            assert [c.name for c in columns] == table_columns(store, schema_id)
+            assert [(c.name, c.type) for c in columns[:4]] == SYSTEM_COLUMNS
+        for schema in (relations.profile, relations.mail):
+            table = latest_metadata(instance, "materialized_table", schema.schema_id)
+            assert table["version"] == schema.version
+
+        plan = latest_metadata(instance, "migration_plan", mail)
+        assert plan["version"] == relations.mail.version
+        assert [(c.name, c.type) for c in plan["lens"].columns] == [
+            ("subject", "text"),
+            ("to", "text"),
+        ]
+        assert plan["upstream"] == [profile]
+
+        before = table_rows(store, mail)
+        run_partition(instance, mail)
+        assert table_rows(store, mail) == before
+        assert latest_metadata(instance, "raw_entries", mail)["index_up_to_date"] is True
+        verified = [
+            m.metadata["verified_now"].value
+            for schema_id in relations.schema_ids
+            for m in materializations(instance, "raw_entries", schema_id)
+        ]
+        assert verified == [len(relations.pairs), 0, 0]  # each entry verified once, ever
+
+
+def test_a_schema_whose_upstream_is_not_registered_waits_without_a_materialization(
+    spark: SparkSession, store: psycopg.Connection
+) -> None:
+    """Dagster cannot make a partition wait for another partition of the same asset, so
+    the family itself records the wait: the run succeeds, `materialized_table` yields
+    nothing (output_required=False), and the registry says what the schema awaits."""
+    tag, note, pairs = orphan_corpus()
+    ingest(store, pairs)
+    register_all(store, [note.schema_id])
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(SCHEMAS, [note.schema_id])
+        result = run_partition(instance, note.schema_id)
+        assert materializations(instance, "materialized_table", note.schema_id) == []
+        assert not result.asset_materializations_for_node("materialized_table")
+        plan = latest_metadata(instance, "migration_plan", note.schema_id)
+        assert plan["waiting"].startswith(str(Reason.AWAITING_SCHEMA))
+    status, message = registry_row(store, note.schema_id)
+    assert status == "waiting"
+    assert message.startswith(str(Reason.AWAITING_SCHEMA)) and tag.schema_id in message
+
+
+def status_table(output: str) -> dict[str, dict[str, str]]:
+    """`panda status` lines by schema id (names here have no spaces)."""
+    columns = [name.replace(" ", "_") for name in STATUS_COLUMNS]
+    _, *lines = output.splitlines()
+    return {
+        cells[0]: dict(zip(columns, cells, strict=True))
+        for cells in (line.split() for line in lines)
+        if len(cells) == len(columns)
+    }
+
+
+def test_panda_materialize_runs_upstream_schemas_first_on_the_persistent_instance(
+    spark: SparkSession,
+    store: psycopg.Connection,
+    relations: Relations,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`panda materialize` (orchestration.materialize): profile runs before mail though
+    mail's id sorts first; the runs land in the Dagster instance under DAGSTER_HOME (its
+    storage in the product's PostgreSQL); one line per schema with its rows; and
+    `panda status` accounts for every stored entry of each schema."""
+    profile, mail = relations.schema_ids
+    assert sorted(relations.schema_ids) == [mail, profile]
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+    ingest(store, relations.pairs)
+    register_all(store, relations.schema_ids)
+    started = datetime.now(UTC)
+
+    assert main(["materialize"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+
+    expected = engine_tables(reduce_corpus(relations.pairs, set(relations.schema_ids)))
+    assert pg_tables(store, relations.schema_ids) == expected
+    assert [line.split()[0] for line in lines] == [profile, mail]
+    for line, schema_id in zip(lines, relations.schema_ids, strict=True):
+        assert f"{len(expected[schema_id])} rows" in line
+        assert table_name_for(schema_id) in line
+
+    with dg.DagsterInstance.get() as instance:
+        assert isinstance(instance.run_storage, PostgresRunStorage)
+        # Dagster's tables outlive the store's schemas in the session database: other
+        # tests' runs and partitions may be there too.
+        assert set(relations.schema_ids) <= set(instance.get_dynamic_partitions(SCHEMAS))
+        records = instance.get_run_records(
+            dg.RunsFilter(job_name=JOB, created_after=started),
+            order_by="create_timestamp",
+            ascending=True,
+        )
+        runs = [(r.dagster_run.tags["dagster/partition"], r.dagster_run.status) for r in records]
+        # The index step alone (for the first target by id), then the family upstream first.
+        success = dg.DagsterRunStatus.SUCCESS
+        assert runs == [(mail, success), (profile, success), (mail, success)]
+        assert records[0].dagster_run.asset_selection == {dg.AssetKey("raw_entries")}
+        assert latest_metadata(instance, "materialized_table", mail)["upstream_schemas"] == [
+            profile
+        ]
+
+    assert main(["status"]) == 0
+    shown = status_table(capsys.readouterr().out)
+    for schema_id in relations.schema_ids:
+        row = shown[schema_id]
+        assert row["status"] == "materialized"
+        assert int(row["rows"]) == len(expected[schema_id])
+        accounted = sum(int(row[c]) for c in ("applied", "superseded", "pending", "rejected"))
+        assert accounted == relations.stored[schema_id]
