@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
 import pandas as pd
 import psycopg
@@ -38,7 +39,12 @@ from p2panda_assets.pipeline.columns import column_names, rows_frame
 from p2panda_assets.pipeline.jdbc import Jdbc, append, read_query, require_autocommit
 from p2panda_assets.protocol.entry import decode_entry
 from p2panda_assets.protocol.log import Rejection
-from p2panda_assets.protocol.messages import SchemaHashRef, SchemaVersionRef, decode_message
+from p2panda_assets.protocol.messages import (
+    SchemaHashRef,
+    SchemaVersionRef,
+    VersionedSchema,
+    decode_message,
+)
 
 INDEX_LOCK = 0x70326E64  # advisory lock: one index step at a time
 
@@ -127,11 +133,28 @@ def message_index(payload: bytes) -> tuple[object, ...]:
         message = decode_message(payload)
     except P2pandaError:
         return (None,) * 5
-    ref = getattr(message, "schema", None)
-    schema_id = ref.schema_id if isinstance(ref, SchemaVersionRef) else None
-    version = Decimal(ref.version) if isinstance(ref, SchemaVersionRef) else None
-    schema_hash = ref.hash if isinstance(ref, SchemaHashRef) else None
+    schema_id, version, schema_hash = ref_columns(getattr(message, "schema", None))
     return (message.kind, schema_id, version, schema_hash, getattr(message, "instance", None))
+
+
+def ref_columns(ref: VersionedSchema | None) -> tuple[str | None, Decimal | None, bytes | None]:
+    """A schema reference as (schema id, version, hash) columns: one of the two forms."""
+    if isinstance(ref, SchemaVersionRef):
+        return ref.schema_id, Decimal(ref.version), None
+    if isinstance(ref, SchemaHashRef):
+        return None, None, ref.hash
+    return None, None, None
+
+
+def ref_from_columns(
+    schema_id: str | None, version: Decimal | None, schema_hash: bytes | None
+) -> VersionedSchema | None:
+    if schema_hash is not None:
+        return SchemaHashRef(bytes(schema_hash))
+    if schema_id is None or version is None:
+        return None
+    author, log_id = schema_id.rsplit("-", 1)
+    return SchemaVersionRef(bytes.fromhex(author), int(log_id), int(version))
 
 
 def verify_new_entries(spark: SparkSession, conn: psycopg.Connection, jdbc: Jdbc) -> int:
@@ -218,24 +241,16 @@ def _chain_group(pdf: pd.DataFrame) -> pd.DataFrame:
         "author": log.author,
         "log_id": Decimal(log.log_id),
         "is_schema": summary.is_schema,
-        "ref_schema_id": ref.schema_id if isinstance(ref, SchemaVersionRef) else None,
-        "ref_version": Decimal(ref.version) if isinstance(ref, SchemaVersionRef) else None,
-        "ref_hash": ref.hash if isinstance(ref, SchemaHashRef) else None,
     }
+    head["ref_schema_id"], head["ref_version"], head["ref_hash"] = ref_columns(ref)
     rows = [head] + [{"row_type": "account", **row} for row in account_rows(log.accounts)]
     return rows_frame(rows, column_names(CHAIN_SPARK))
 
 
-def summary_of(row: object) -> tuple[LogKey, LogSummary]:
+def summary_of(row: dict[str, Any]) -> tuple[LogKey, LogSummary]:
     """A collected `log` row back as (log key, summary)."""
-    author = bytes(row["author"])  # type: ignore[index]
-    ref = None
-    if row["ref_hash"] is not None:  # type: ignore[index]
-        ref = SchemaHashRef(bytes(row["ref_hash"]))  # type: ignore[index]
-    elif row["ref_schema_id"] is not None:  # type: ignore[index]
-        ref_author, ref_log = row["ref_schema_id"].rsplit("-", 1)  # type: ignore[index]
-        ref = SchemaVersionRef(bytes.fromhex(ref_author), int(ref_log), int(row["ref_version"]))  # type: ignore[index]
-    return (author, int(row["log_id"])), LogSummary(bool(row["is_schema"]), ref)  # type: ignore[index]
+    ref = ref_from_columns(row["ref_schema_id"], row["ref_version"], row["ref_hash"])
+    return (bytes(row["author"]), int(row["log_id"])), LogSummary(bool(row["is_schema"]), ref)
 
 
 # --- the catalog ------------------------------------------------------------------------
@@ -438,9 +453,7 @@ def _write_logs(
                 key[0],
                 key[1],
                 summary.is_schema,
-                ref.schema_id if isinstance(ref, SchemaVersionRef) else None,
-                ref.version if isinstance(ref, SchemaVersionRef) else None,
-                ref.hash if isinstance(ref, SchemaHashRef) else None,
+                *ref_columns(ref),
                 schema_id,
                 kind,
             )
