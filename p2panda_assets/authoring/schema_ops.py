@@ -3,19 +3,32 @@
 Every new schema entry is folded with the log it extends, by the engine that readers run,
 before anything is written: a migration the engine would reject (and so freeze the
 schema at the version before, for good) is refused with the engine's reason instead.
+`migrate --check` goes one step further without publishing: the class of the migration
+(safe or lossy) and, against the entries published so far, how many values fall back.
 """
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from p2panda_assets.authoring.definitions import Definition, meta_message, migration_message
 from p2panda_assets.authoring.publish import Session
 from p2panda_assets.authoring.refs import local_history
 from p2panda_assets.authoring.state import LogRecord, SchemaRecord
+from p2panda_assets.engine.compatibility import (
+    Compatibility,
+    Kind,
+    classify,
+    hidden_values,
+    predict_fallbacks,
+)
+from p2panda_assets.engine.corpus import Corpus, Table, reduce_corpus
 from p2panda_assets.engine.lens import EMPTY_LENS
 from p2panda_assets.engine.schema_log import SchemaHistory
 from p2panda_assets.errors import P2pandaError, Reason
+from p2panda_assets.jsonlines import read_entry_lines
 from p2panda_assets.protocol.messages import (
     SchemaMessage,
     SchemaMeta,
@@ -82,6 +95,17 @@ def init_schema(
 def migrate_schema(session: Session, name: str, definition: Definition) -> SchemaOutcome:
     """A schema-meta (if the file has `meta`), then a schema-migration of its `fields`."""
     record, history = _own_schema(session, name)
+    messages = _migration_messages(session, name, definition, history)
+    version = _append_checked(session, record, messages)
+    notes = [*_describe(messages), f"Published {name} version {version}"]
+    return SchemaOutcome(session.me.schemas[name].schema_id, version, notes)
+
+
+def _migration_messages(
+    session: Session, name: str, definition: Definition, history: SchemaHistory
+) -> list[SchemaMessage]:
+    """The messages `migrate` publishes for a file (shared with `--check`, so the check
+    judges exactly what would be published)."""
     messages: list[SchemaMessage] = []
     if definition.meta is not None:
         base = history.latest.meta if history.latest else None
@@ -94,9 +118,131 @@ def migrate_schema(session: Session, name: str, definition: Definition) -> Schem
         messages.append(migration)
     if not messages:
         raise P2pandaError(Reason.BAD_INPUT, f"{definition.path} has no meta and no fields")
-    version = _append_checked(session, record, messages)
-    notes = [*_describe(messages), f"Published {name} version {version}"]
-    return SchemaOutcome(session.me.schemas[name].schema_id, version, notes)
+    return messages
+
+
+@dataclass(frozen=True, slots=True)
+class StoreEffect:
+    """What a migration would do to the instances some entries hold: per updated field
+    how many live rows fall back at this migration (`fallbacks`), and the count the
+    table would then report (`table_fallbacks`, `Table.fallbacks`, which also counts
+    fallbacks of earlier migrations); per removed field how many rows it hides."""
+
+    rows: int
+    fallbacks: dict[str, int]
+    table_fallbacks: dict[str, int]
+    hidden: dict[str, int]
+
+
+@dataclass(slots=True)
+class MigrationCheck:
+    """What `panda schema NAME migrate --check FILE` found, without publishing: the
+    class of the migration the file would publish as `version`, and (with entries)
+    what it would do to the values they hold."""
+
+    schema_id: str
+    version: int
+    compatibility: Compatibility
+    effect: StoreEffect | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        """`safe` or `lossy`, a line per field change, then the counts."""
+        lines = [str(self.compatibility.kind), *(c.line for c in self.compatibility.changes)]
+        effect = self.effect
+        if effect is not None:
+            lines += [
+                f"fallbacks {name}: {count} of {effect.rows} rows fall back to the default"
+                f" (the table would count {effect.table_fallbacks.get(name, 0)})"
+                for name, count in effect.fallbacks.items()
+            ]
+            lines += [
+                f"hidden {name}: {count} of {effect.rows} rows hold a value it hides"
+                for name, count in effect.hidden.items()
+            ]
+        return lines
+
+
+def check_migration(
+    session: Session, name: str, definition: Definition, entries: Sequence[str] = ()
+) -> MigrationCheck:
+    """The class of the migration `migrate` would publish from `definition`, and, given
+    JSON-lines files of the entries published so far, how many of their values would
+    fall back.
+
+    The entries are signed exactly as `migrate` would sign them, on a copy of the
+    authoring state, and never committed: `session` is left as it was. With entries,
+    the corpus is reduced by the engine twice, as it is and with the new entries
+    appended, so the counts are the ones readers will get, not an estimate."""
+    trial = Session(session.home, session.key, copy.deepcopy(session.state))
+    record, history = _own_schema(trial, name)
+    before_seq = record.next_seq - 1
+    messages = _migration_messages(trial, name, definition, history)
+    version = _append_checked(trial, record, messages)
+    after = local_history(trial.me.author, record)
+    migration = after.versions[version].migration
+    compatibility = (
+        Compatibility(Kind.SAFE, ())
+        if migration is None
+        else classify(after.versions[version].before, migration, after.versions[version].lens)
+    )
+    schema_id = trial.me.schemas[name].schema_id
+    check = MigrationCheck(schema_id, version, compatibility)
+    if migration is None:
+        check.notes.append(f"note: {definition.path} changes no field")
+    if entries:
+        new = [(p.entry, p.payload) for p in trial.published]
+        check.effect = _store_effect(check, name, entries, new, before_seq)
+    check.notes.append(f"Checked {name} version {version}; nothing was published")
+    return check
+
+
+def _store_effect(
+    check: MigrationCheck,
+    name: str,
+    paths: Sequence[str],
+    new: list[tuple[bytes, bytes]],
+    before_seq: int,
+) -> StoreEffect:
+    items = list(read_entry_lines(paths))
+    pairs = [item for item in items if isinstance(item, tuple)]
+    bad = len(items) - len(pairs)
+    if bad:
+        check.notes.append(f"note: skipped {bad} lines that are not entries")
+    where = ", ".join(paths)
+    before = _table_at(reduce_corpus(pairs), check.schema_id, name, before_seq, where)
+    after_corpus = reduce_corpus([*pairs, *new])
+    after = _table_at(after_corpus, check.schema_id, name, check.version, where)
+    removed = [c.name for c in check.compatibility.changes if c.action == "remove"]
+    return StoreEffect(
+        rows=len(before.rows),
+        fallbacks=predict_fallbacks(before, after_corpus.histories[check.schema_id]),
+        table_fallbacks=dict(after.fallbacks),
+        hidden=hidden_values(before, removed),
+    )
+
+
+def _table_at(corpus: Corpus, schema_id: str, name: str, version: int, where: str) -> Table:
+    """The schema's table in `corpus`, which must hold its log up to exactly `version`
+    (the local log's end): counts against an older cut would be of another schema."""
+    history = corpus.histories.get(schema_id)
+    if history is None or history.latest is None:
+        raise P2pandaError(
+            Reason.UNKNOWN_SCHEMA, f"{where} holds no entries of the schema log of {name}"
+        )
+    if history.latest.seq != version:
+        raise P2pandaError(
+            Reason.BAD_INPUT,
+            f"{where} holds {name} up to version {history.latest.seq}, the local log is at "
+            f"{version}: give the entries of its whole log",
+        )
+    table = corpus.tables.get(schema_id)
+    if table is None:
+        why = corpus.waiting.get(schema_id)
+        reason = why.reason if why else Reason.AWAITING_SCHEMA
+        detail = why.message if why else "it is not built"
+        raise P2pandaError(reason, f"{name} has no table from {where}: {detail}")
+    return table
 
 
 def revert_schema(session: Session, name: str, target: int) -> SchemaOutcome:

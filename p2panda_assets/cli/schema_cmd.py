@@ -1,19 +1,31 @@
 """`panda schema NAME init|migrate|revert`: author a schema on an own log (the seeds' CLI).
 
 `panda schema init --file comment-001.toml` (no NAME) takes the name from the file's
-`meta.name`, as the seeds show it.
+`meta.name`, as the seeds show it. `panda schema NAME migrate --check FILE [--entries
+FILE...]` says whether the migration is safe or lossy before anything is published.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 
-from p2panda_assets.authoring.definitions import load_definition
+from p2panda_assets.authoring.definitions import Definition, load_definition
 from p2panda_assets.authoring.publish import finish, session
-from p2panda_assets.authoring.schema_ops import init_schema, migrate_schema, revert_schema
+from p2panda_assets.authoring.schema_ops import (
+    check_migration,
+    init_schema,
+    migrate_schema,
+    revert_schema,
+)
 from p2panda_assets.errors import P2pandaError, Reason
 
 OUT_HELP = "append the entries to FILE (JSON lines) instead of printing them"
+CHECK_HELP = "publish nothing: print whether the migration is safe or lossy, and why"
+ENTRIES_HELP = (
+    "with --check: JSON-lines files of the entries published so far (with the schema log);"
+    " also count the values that would fall back"
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,6 +42,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     migrate = actions.add_parser("migrate", help="publish the field changes of a file")
     migrate.add_argument("file", metavar="DEF", help="a definition file (.yaml or .toml)")
     migrate.add_argument("--out", metavar="FILE", help=OUT_HELP)
+    migrate.add_argument("--check", action="store_true", help=CHECK_HELP)
+    migrate.add_argument(
+        "--entries", action="extend", nargs="+", default=[], metavar="FILE", help=ENTRIES_HELP
+    )
     migrate.set_defaults(run=run_migrate)
 
     revert = actions.add_parser("revert", help="restore the state of an earlier version")
@@ -50,9 +66,27 @@ def run_init(args: argparse.Namespace) -> int:
 def run_migrate(args: argparse.Namespace) -> int:
     name = _name(args)
     definition = load_definition(args.file)
+    if args.check:
+        return _check(args, name, definition)
+    if args.entries:
+        raise P2pandaError(Reason.BAD_INPUT, "--entries goes with --check (nothing to count)")
     with session() as current:
         outcome = migrate_schema(current, name, definition)
         return finish(current, args.out, outcome.result, outcome.notes)
+
+
+def _check(args: argparse.Namespace, name: str, definition: Definition) -> int:
+    """`migrate --check`: the report on stdout, notes on stderr; no commit, so neither
+    the authoring state nor an `--out` file changes."""
+    with session() as current:
+        check = check_migration(current, name, definition, args.entries)
+    if args.out is not None:
+        check.notes.append(f"note: --check leaves {args.out} as it is")
+    for note in check.notes:
+        print(note, file=sys.stderr)
+    for line in check.lines():
+        print(line)
+    return 0
 
 
 def run_revert(args: argparse.Namespace) -> int:
