@@ -154,3 +154,15 @@ def test_postgresql_urls_reach_dagster_through_psycopg2() -> None:
     plain postgresql:// URLs; dagster.yaml passes P2PANDA_DATABASE_URL through as is."""
     engine = sqlalchemy.create_engine("postgresql://panda@db.example/p2panda")
     assert engine.dialect.driver == "psycopg2"
+
+
+def test_the_package_carries_the_same_dagster_yaml_as_the_repository() -> None:
+    """`panda` copies the package's dagster.yaml into DAGSTER_HOME; it must be a real file
+    (a symlink is lost by installs of the package alone) equal to the repository's."""
+    from pathlib import Path
+
+    import p2panda_assets
+
+    packaged = Path(p2panda_assets.__file__).parent / "dagster.yaml"
+    assert not packaged.is_symlink()
+    assert packaged.read_text() == (Path(__file__).parents[2] / "dagster.yaml").read_text()
