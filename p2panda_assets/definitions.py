@@ -5,6 +5,14 @@ from __future__ import annotations
 import dagster as dg
 
 from p2panda_assets.defs.assets import family, materialize_schema_job
+from p2panda_assets.defs.checks import checks
 from p2panda_assets.defs.resources import default_resources
+from p2panda_assets.defs.sensors import sensors
 
-defs = dg.Definitions(assets=family, jobs=[materialize_schema_job], resources=default_resources())
+defs = dg.Definitions(
+    assets=family,
+    asset_checks=checks,
+    jobs=[materialize_schema_job],
+    sensors=sensors,
+    resources=default_resources(),
+)

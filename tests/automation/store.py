@@ -1,0 +1,75 @@
+"""The store as the sensors see it, without Spark: entries ingested, schemas registered,
+an in-process stand-in for the index step, and runs "finished" by setting the registry.
+
+The stand-in writes exactly what the sensors read of the index step (verdicts,
+`message_index`, `p2panda.logs`, `index_state`), with the engine's own stage functions
+and the pipeline's own `_write_logs`; the Spark index itself is tested in tests/pipeline.
+"""
+
+from __future__ import annotations
+
+from itertools import groupby
+
+import psycopg
+
+from p2panda_assets.engine.corpus import Catalog, chain_log, check_record
+from p2panda_assets.pipeline.index import _write_logs, message_index, registered_schemas
+from p2panda_assets.protocol.entry import decode_entry
+from p2panda_assets.store.ingest import ingest
+from p2panda_assets.store.registry import parse_schema_id, register
+
+
+def publish(conn: psycopg.Connection, pairs: list[tuple[bytes, bytes]]) -> None:
+    """`panda ingest` of these pairs."""
+    ingest(conn, pairs)
+
+
+def register_schemas(conn: psycopg.Connection, *schema_ids: str) -> None:
+    for schema_id in schema_ids:
+        author, log_id = parse_schema_id(schema_id)
+        register(conn, author, log_id, None)
+
+
+def index_in_process(conn: psycopg.Connection) -> None:
+    """Verify new entries, index their messages, chain and assign every log."""
+    unverified = conn.execute(
+        "SELECT hash, entry, payload FROM p2panda.entries WHERE verdict IS NULL"
+    ).fetchall()
+    for entry_hash, raw, payload in unverified:
+        payload = None if payload is None else bytes(payload)
+        checked = check_record(bytes(raw), payload)
+        verdict = "ok" if checked.rejection is None else str(checked.rejection.reason)
+        conn.execute(
+            "UPDATE p2panda.entries SET verdict = %s WHERE hash = %s", (verdict, entry_hash)
+        )
+        if checked.rejection is None:
+            conn.execute(
+                "INSERT INTO p2panda.message_index VALUES (%s, %s, %s, %s, %s, %s)",
+                (entry_hash, *message_index(payload)),
+            )
+    verified = conn.execute(
+        "SELECT author, log_id, entry, payload FROM p2panda.entries WHERE verdict = 'ok'"
+        " ORDER BY author, log_id, seq_num"
+    ).fetchall()
+    logs = []
+    for (author, log_id), rows in groupby(verified, key=lambda r: (bytes(r[0]), int(r[1]))):
+        entries = [(decode_entry(bytes(r[2])), bytes(r[3])) for r in rows]
+        logs.append(chain_log(author, log_id, entries))
+    summaries = {(log.author, log.log_id): log.summary for log in logs}
+    schema_logs = [log for log in logs if log.summary.is_schema]
+    catalog = Catalog.build(schema_logs, registered_schemas(conn))
+    _write_logs(conn, summaries, catalog.assign(summaries))
+    conn.execute(
+        "INSERT INTO p2panda.index_state VALUES (1, md5(random()::text))"
+        " ON CONFLICT (id) DO UPDATE SET fingerprint = EXCLUDED.fingerprint"
+    )
+
+
+def finish_runs(conn: psycopg.Connection, *schema_ids: str, status: str = "materialized") -> None:
+    """What a run of each schema leaves in the registry, in this order."""
+    for schema_id in schema_ids:
+        conn.execute(
+            "UPDATE p2panda.schemas SET status = %s, materialized_at = clock_timestamp()"
+            " WHERE schema_id = %s",
+            (status, schema_id),
+        )

@@ -1,0 +1,333 @@
+"""The asset checks pass on a clean corpus materialized through Dagster, and fail, saying
+why, once its Parquet, table or accounts are tampered with (the pipeline never writes
+bad data, so violations are made by hand after a materialization and undone after)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+import psycopg
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from dagster_pyspark import PySparkResource
+from pyspark.sql import SparkSession
+
+from p2panda_assets.defs.assets import family
+from p2panda_assets.defs.checks import (
+    checks,
+    decoded_messages_match_their_model,
+    entries_are_accounted,
+    table_matches_the_current_lens,
+)
+from p2panda_assets.defs.resources import PostgresResource
+from p2panda_assets.engine.builder import CorpusBuilder, create_field, instances, update_field
+from p2panda_assets.pipeline.decoded import decoded_path
+from p2panda_assets.pipeline.spark import build_session, spark_config
+from p2panda_assets.store.database import DATABASE_URL_ENV, connect, ensure_schema
+from p2panda_assets.store.registry import table_name_for
+from tests.automation.store import publish, register_schemas
+
+pytestmark = [pytest.mark.spark, pytest.mark.postgres]
+
+SUBJECT = r"^[^#\r\n].*$"
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """Started before Dagster's PySparkResource asks for one (one SparkContext per JVM)."""
+    session = build_session(spark_config("local[2]"))
+    yield session
+    session.stop()
+
+
+@dataclass
+class Store:
+    url: str
+    instance: dg.DagsterInstance
+    resources: dict[str, object]
+    profile: str
+    mail: str
+    runs: dict[str, dg.ExecuteInProcessResult]
+    last: dg.ExecuteInProcessResult | None = None
+
+    def connect(self) -> psycopg.Connection:
+        return connect(self.url, autocommit=True)
+
+    def run_check(self, check: dg.AssetChecksDefinition, schema_id: str):
+        """`check` on the stored partition. A run of checks alone cannot name a partition
+        (Dagster finds no partitions definition without an asset), so the run also folds
+        the plan again: no Spark, and what the table check derives its model from."""
+        result = dg.materialize(
+            [*family, *checks],
+            selection=dg.AssetSelection.assets("migration_plan") | dg.AssetSelection.checks(check),
+            partition_key=schema_id,
+            instance=self.instance,
+            resources=self.resources,
+            raise_on_error=False,
+        )
+        self.last = result
+        [evaluation] = result.get_asset_check_evaluations()
+        return evaluation
+
+
+def mail_corpus() -> tuple[list[tuple[bytes, bytes]], str, str]:
+    """profile(name varchar, tags varchar[]) <- mail(subject text, to relation cascade).
+    mail's subject gets a validation at version 3: an old multi-line subject falls back
+    to `<Subject>`, and a new `#...` subject is rejected (validation-failed)."""
+    corpus = CorpusBuilder()
+    owner = corpus.author(11)
+    profile = owner.schema(60, "profile")
+    profile.migrate(create_field("name", "varchar"), create_field("tags", "varchar[]"))
+    mail = owner.schema(61, "mail")
+    mail.migrate(
+        create_field("subject", "text"),
+        create_field("to", "relation", schema=profile.log_ref, cascade=True),
+    )
+    people = instances(corpus.author(12), 1)
+    panda = people.create(profile.ref(), name="panda", tags=("bamboo", "naps"))
+    letters = instances(corpus.author(13), 1)
+    letters.create(mail.ref(), subject="first\nline", to=panda)
+    mail.migrate(update_field("subject", "text", "<Subject>", validation=SUBJECT))
+    letters.create(mail.ref(), subject="hello", to=panda)
+    letters.create(mail.ref(), subject="#not a subject", to=panda)
+    return corpus.pairs, profile.schema_id, mail.schema_id
+
+
+@pytest.fixture(scope="module")
+def store(spark, session_database: str, tmp_path_factory) -> Iterator[Store]:
+    """The corpus materialized through Dagster, profile then mail, once per module."""
+    with pytest.MonkeyPatch.context() as env, dg.instance_for_test() as instance:
+        env.setenv("P2PANDA_HOME", str(tmp_path_factory.mktemp("home")))
+        env.setenv(DATABASE_URL_ENV, session_database)
+        with connect(session_database, autocommit=True) as conn:
+            conn.execute("DROP SCHEMA IF EXISTS p2panda CASCADE")
+            conn.execute("DROP SCHEMA IF EXISTS p2panda_data CASCADE")
+            ensure_schema(conn)
+            pairs, profile, mail = mail_corpus()
+            publish(conn, pairs)
+            register_schemas(conn, profile, mail)
+        instance.add_dynamic_partitions("schemas", [profile, mail])
+        resources = {
+            "postgres": PostgresResource(url=session_database),
+            "pyspark": PySparkResource(spark_config=spark_config("local[2]")),
+        }
+        runs = {
+            schema_id: dg.materialize(
+                [*family, *checks], partition_key=schema_id, instance=instance, resources=resources
+            )
+            for schema_id in (profile, mail)
+        }
+        yield Store(session_database, instance, resources, profile, mail, runs)
+
+
+def evaluations(result: dg.ExecuteInProcessResult) -> dict[str, dg.AssetCheckEvaluation]:
+    return {e.check_name: e for e in result.get_asset_check_evaluations()}
+
+
+def test_clean_corpus_passes_every_check(store: Store) -> None:
+    for schema_id in (store.profile, store.mail):
+        found = evaluations(store.runs[schema_id])
+        assert set(found) == {c.check_key.name for c in checks}
+        assert {name: e.passed for name, e in found.items()} == dict.fromkeys(found, True), {
+            name: e.description for name, e in found.items()
+        }
+
+
+def test_accounting_counts_rejections_by_reason(store: Store) -> None:
+    metadata = evaluations(store.runs[store.mail])["entries_are_accounted"].metadata
+    assert metadata["rejected_by_reason"].value == {"validation-failed": 1}
+    assert metadata["stored"].value == 3 + 3  # schema log (meta, 2 migrations), 3 letters
+    assert metadata["applied"].value + metadata["superseded"].value == 5
+
+
+def test_checks_that_guard_data_flowing_on_are_blocking() -> None:
+    blocking = {c.check_key.name: next(iter(c.check_specs)).blocking for c in checks}
+    assert blocking == {
+        "decoded_messages_match_their_model": True,
+        "table_matches_the_current_lens": True,
+        "entries_are_accounted": False,
+    }
+
+
+# --- crafted violations ---------------------------------------------------------------------
+
+
+@contextmanager
+def tampered_parquet(schema_id: str, tamper) -> Iterator[None]:
+    """The decoded Parquet rewritten by `tamper(table) -> table`, restored afterwards."""
+    path = decoded_path(schema_id)
+    saved = path.with_name(path.name + ".saved")
+    shutil.copytree(path, saved)
+    table = pq.read_table(path)
+    shutil.rmtree(path)
+    path.mkdir()
+    pq.write_table(tamper(table), Path(path) / "part-0.parquet")
+    try:
+        yield
+    finally:
+        shutil.rmtree(path)
+        saved.rename(path)
+
+
+def _replace(table: pa.Table, column: str, values: list) -> pa.Table:
+    index = table.schema.get_field_index(column)
+    return table.set_column(index, column, pa.array(values, table.schema.field(column).type))
+
+
+def test_decoded_check_fails_on_bad_hashes_seqs_and_kinds(store: Store) -> None:
+    def tamper(table: pa.Table) -> pa.Table:
+        hashes = table.column("hash").to_pylist()
+        seqs = table.column("seq").to_pylist()
+        kinds = table.column("kind").to_pylist()
+        hashes[0] = hashes[0][:10]
+        seqs[1] = type(seqs[1])(0)
+        kinds[2] = "bogus"
+        table = _replace(table, "hash", hashes)
+        return _replace(_replace(table, "seq", seqs), "kind", kinds)
+
+    with tampered_parquet(store.mail, tamper):
+        evaluation = store.run_check(decoded_messages_match_their_model, store.mail)
+    assert not evaluation.passed
+    assert "hash: hash_is_34_or_66_bytes" in evaluation.description
+    assert "seq: greater_than_or_equal_to(1)" in evaluation.description
+    assert "kind: isin" in evaluation.description
+    assert evaluation.metadata["failing_rows"].value == {"hash: hash_is_34_or_66_bytes": 1}
+    assert store.last.get_asset_materialization_events() == []  # blocked: no plan
+    assert store.run_check(decoded_messages_match_their_model, store.mail).passed
+
+
+def test_decoded_check_fails_on_a_message_with_neither_kind_nor_error(store: Store) -> None:
+    def tamper(table: pa.Table) -> pa.Table:
+        kinds = table.column("kind").to_pylist()
+        kinds[0] = None
+        return _replace(table, "kind", kinds)
+
+    with tampered_parquet(store.mail, tamper):
+        evaluation = store.run_check(decoded_messages_match_their_model, store.mail)
+    assert not evaluation.passed
+    assert "kind_xor_error" in evaluation.description
+
+
+@contextmanager
+def tampered_table(store: Store, *statements: str, undo: tuple[str, ...]) -> Iterator[None]:
+    with store.connect() as conn:
+        for statement in statements:
+            conn.execute(statement)
+        try:
+            yield
+        finally:
+            for statement in undo:
+                conn.execute(statement)
+
+
+def test_table_check_fails_on_a_varchar_longer_than_255(store: Store) -> None:
+    """The column's type altered to text lets a 300-character name in."""
+    table = table_name_for(store.profile)
+    row = f"'{'ab' * 34}', '{'cd' * 32}', 2, 9"
+    with tampered_table(
+        store,
+        f"ALTER TABLE {table} ALTER COLUMN name TYPE text",
+        f"INSERT INTO {table} (_instance_id, _author, _version, _seq, name)"
+        f" VALUES ({row}, '{'x' * 300}')",
+        undo=(
+            f"DELETE FROM {table} WHERE _instance_id = '{'ab' * 34}'",
+            f"ALTER TABLE {table} ALTER COLUMN name TYPE varchar(255)",
+        ),
+    ):
+        evaluation = store.run_check(table_matches_the_current_lens, store.profile)
+    assert not evaluation.passed
+    assert "name: declared text, expected character varying(255)" in evaluation.description
+    assert "name: varchar_at_most_255" in evaluation.description
+    assert evaluation.metadata["failing_rows"].value == {"name: varchar_at_most_255": 1}
+
+
+def test_table_check_fails_on_an_invalid_value_at_the_current_version(store: Store) -> None:
+    table = table_name_for(store.mail)
+    with tampered_table(
+        store,
+        f"UPDATE {table} SET subject = '# hash' WHERE subject = 'hello'",
+        undo=(f"UPDATE {table} SET subject = 'hello' WHERE subject = '# hash'",),
+    ):
+        evaluation = store.run_check(table_matches_the_current_lens, store.mail)
+    assert not evaluation.passed
+    assert "subject: validation_at_current_version" in evaluation.description
+
+
+def test_table_check_validates_only_values_written_at_the_current_version(store: Store) -> None:
+    """A value at an older (alive) version is what the migration made of it: the check
+    leaves it to the migration rules (SPEC: validation applies at the current version)."""
+    table = table_name_for(store.mail)
+    with tampered_table(
+        store,
+        f"UPDATE {table} SET subject = '# old', _version = 2 WHERE subject = 'hello'",
+        undo=(f"UPDATE {table} SET subject = 'hello', _version = 3 WHERE subject = '# old'",),
+    ):
+        assert store.run_check(table_matches_the_current_lens, store.mail).passed
+
+
+def test_table_check_fails_on_a_null_system_column_and_a_dead_version(store: Store) -> None:
+    table = table_name_for(store.mail)
+    with tampered_table(
+        store,
+        f"ALTER TABLE {table} ALTER COLUMN _author DROP NOT NULL",
+        f"UPDATE {table} SET _author = NULL, _version = 99 WHERE subject = 'hello'",
+        undo=(
+            f"UPDATE {table} SET _author = '{_letter_author()}', _version = 3"
+            " WHERE subject = 'hello'",
+            f"ALTER TABLE {table} ALTER COLUMN _author SET NOT NULL",
+        ),
+    ):
+        evaluation = store.run_check(table_matches_the_current_lens, store.mail)
+    assert not evaluation.passed
+    assert "_author: declared nullable, expected NOT NULL" in evaluation.description
+    assert "_author: not_nullable" in evaluation.description
+    assert "_version: isin" in evaluation.description
+
+
+def _letter_author() -> str:
+    return CorpusBuilder().author(13).key_pair.public_key.hex()
+
+
+def test_accounting_check_fails_on_an_entry_without_account(store: Store) -> None:
+    with store.connect() as conn:
+        row = conn.execute(
+            "SELECT hash, schema_id, state, reason, message, origin FROM p2panda.accounts"
+            " WHERE schema_id = %s AND state = 'rejected'",
+            (store.mail,),
+        ).fetchone()
+        conn.execute("DELETE FROM p2panda.accounts WHERE hash = %s", (row[0],))
+        try:
+            evaluation = store.run_check(entries_are_accounted, store.mail)
+        finally:
+            conn.execute("INSERT INTO p2panda.accounts VALUES (%s, %s, %s, %s, %s, %s)", row)
+    assert not evaluation.passed
+    assert "1 stored entries of the schema's logs have no account" in evaluation.description
+    assert "= 5, but 6 verified entries are stored" in evaluation.description
+    assert evaluation.metadata["rejected_by_reason"].value == {}
+
+
+def test_accounting_check_fails_on_an_entry_accounted_to_another_schema(store: Store) -> None:
+    with store.connect() as conn:
+        conn.execute(
+            "UPDATE p2panda.accounts SET schema_id = %s WHERE schema_id = %s"
+            " AND state = 'rejected'",
+            (store.profile, store.mail),
+        )
+        try:
+            evaluation = store.run_check(entries_are_accounted, store.mail)
+        finally:
+            conn.execute(
+                "UPDATE p2panda.accounts SET schema_id = %s WHERE schema_id = %s"
+                " AND state = 'rejected'",
+                (store.mail, store.profile),
+            )
+    assert not evaluation.passed
+    assert "1 entries of the schema's logs are accounted to another schema" in (
+        evaluation.description
+    )

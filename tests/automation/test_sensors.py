@@ -1,0 +1,308 @@
+"""The sensors, evaluated with `build_sensor_context` against a real Dagster instance and
+the real test database: what each tick requests, and that a tick with nothing new
+requests nothing."""
+
+from __future__ import annotations
+
+import dagster as dg
+import psycopg
+import pytest
+
+from p2panda_assets.definitions import defs
+from p2panda_assets.defs.resources import PostgresResource
+from p2panda_assets.defs.sensors import (
+    PLAN_AND_TABLE,
+    EntryCursor,
+    read_new_entries,
+    schema_entries_sensor,
+    schema_registration_sensor,
+    schema_revert_sensor,
+)
+from p2panda_assets.engine.builder import create_field, instances, remove_field
+from p2panda_assets.store.database import connect
+from p2panda_assets.store.ingest import ingest
+from tests.automation.conftest import Tick
+from tests.automation.corpora import Graph, cycle_graph, relation_graph
+from tests.automation.store import finish_runs, index_in_process, publish, register_schemas
+
+pytestmark = pytest.mark.postgres
+
+
+def requested(result: dg.SensorResult) -> list[str]:
+    return [r.partition_key for r in result.run_requests]
+
+
+def added(result: dg.SensorResult) -> list[str]:
+    return [key for r in result.dynamic_partitions_requests for key in r.partition_keys]
+
+
+@pytest.fixture
+def graph(conn: psycopg.Connection) -> Graph:
+    """The relation graph published, indexed, registered, and every schema materialized."""
+    graph = relation_graph()
+    publish(conn, graph.fresh())
+    register_schemas(conn, *(s.schema_id for s in graph.schemas.values()))
+    index_in_process(conn)
+    finish_runs(conn, *(graph.id(n) for n in ("profile", "mail", "digest", "tag")))
+    return graph
+
+
+def add_partitions(instance: dg.DagsterInstance, result: dg.SensorResult) -> None:
+    """What the daemon does with a tick's partition requests."""
+    if added(result):
+        instance.add_dynamic_partitions("schemas", added(result))
+
+
+# --- registration --------------------------------------------------------------------------
+
+
+def test_new_schema_gets_its_partition_and_a_run(conn, tick: Tick) -> None:
+    graph = relation_graph()
+    publish(conn, graph.fresh())
+    register_schemas(conn, graph.id("tag"))
+    result = tick(schema_registration_sensor, None)
+    assert added(result) == [graph.id("tag")]
+    [run] = result.run_requests
+    assert run.partition_key == graph.id("tag")
+    assert run.asset_selection is None  # the whole family: the index learns the schema
+    assert run.run_key.startswith(f"register-{graph.id('tag')}-")
+
+
+def test_registration_tick_without_change_requests_nothing(conn, tick: Tick, instance) -> None:
+    graph = relation_graph()
+    publish(conn, graph.fresh())
+    register_schemas(conn, graph.id("tag"))
+    first = tick(schema_registration_sensor, None)
+    add_partitions(instance, first)
+    second = tick(schema_registration_sensor, first.cursor)
+    assert second.run_requests == [] and added(second) == []
+    third = tick(schema_registration_sensor, second.cursor)
+    assert third.run_requests == [] and third.skip_reason.skip_message == "nothing changed"
+
+
+def test_registration_waits_for_an_unregistered_upstream(conn, tick: Tick, instance) -> None:
+    """mail relates to profile; with profile unregistered, mail gets a partition only."""
+    graph = relation_graph()
+    publish(conn, graph.fresh())
+    register_schemas(conn, graph.id("mail"))
+    index_in_process(conn)
+    result = tick(schema_registration_sensor, None)
+    assert added(result) == [graph.id("mail")]
+    assert result.run_requests == []
+    assert graph.id("profile") in result.skip_reason.skip_message
+    assert "not registered" in result.skip_reason.skip_message
+
+
+def test_dependent_is_requested_once_its_upstream_is_materialized(
+    conn, tick: Tick, instance
+) -> None:
+    graph = relation_graph()
+    publish(conn, graph.fresh())
+    register_schemas(conn, graph.id("mail"))
+    index_in_process(conn)
+    waiting = tick(schema_registration_sensor, None)
+    add_partitions(instance, waiting)
+    register_schemas(conn, graph.id("profile"))
+    index_in_process(conn)
+    upstream = tick(schema_registration_sensor, waiting.cursor)
+    assert requested(upstream) == [graph.id("profile")]  # mail waits: profile not built yet
+    add_partitions(instance, upstream)
+    finish_runs(conn, graph.id("profile"))
+    ready = tick(schema_registration_sensor, upstream.cursor)
+    assert requested(ready) == [graph.id("mail")]
+    assert requested(tick(schema_registration_sensor, ready.cursor)) == []
+
+
+def test_relation_cycle_is_reported_on_its_schemas_and_never_requested(
+    conn, tick: Tick, instance
+) -> None:
+    graph = cycle_graph()
+    publish(conn, graph.fresh())
+    egg, chicken = graph.id("egg"), graph.id("chicken")
+    register_schemas(conn, egg, chicken)
+    index_in_process(conn)
+    instance.add_dynamic_partitions("schemas", [egg, chicken])
+    result = tick(schema_registration_sensor, None)
+    assert result.run_requests == []
+    message = result.skip_reason.skip_message
+    assert "relation cycle" in message and egg in message and chicken in message
+    reported = {(e.asset_key.to_user_string(), e.partition) for e in result.asset_events}
+    assert reported == {("migration_plan", egg), ("migration_plan", chicken)}
+    again = tick(schema_registration_sensor, result.cursor)
+    assert again.run_requests == [] and again.asset_events == []  # reported once
+
+
+def test_cascade_dependent_is_rebuilt_after_its_upstream(graph: Graph, conn, tick: Tick) -> None:
+    """mail's rows go when the profile they point at is deleted: a rebuild of profile
+    asks for mail after it; digest (no cascade) and tag are left alone."""
+    first = tick(schema_registration_sensor, None)
+    assert first.run_requests == []
+    finish_runs(conn, graph.id("profile"))
+    result = tick(schema_registration_sensor, first.cursor)
+    assert requested(result) == [graph.id("mail")]
+    assert result.run_requests[0].run_key.startswith(f"relations-{graph.id('mail')}-")
+    assert requested(tick(schema_registration_sensor, result.cursor)) == []
+
+
+# --- new entries ---------------------------------------------------------------------------
+
+
+def test_new_entries_rebuild_only_their_schema(graph: Graph, conn, tick: Tick) -> None:
+    baseline = tick(schema_entries_sensor, None)
+    assert len(baseline.run_requests) == 4  # the first tick reads the whole store
+    graph.logs["tag"].create(graph.schemas["tag"].ref(), label="later")
+    publish(conn, graph.fresh())
+    result = tick(schema_entries_sensor, baseline.cursor)
+    [run] = result.run_requests
+    assert run.partition_key == graph.id("tag") and run.asset_selection is None
+    assert run.run_key.startswith(f"entries-{graph.id('tag')}-")
+    again = tick(schema_entries_sensor, result.cursor)
+    assert again.run_requests == [] and again.skip_reason.skip_message == "no new entries"
+
+
+def test_a_new_log_goes_to_the_schema_its_first_message_names(
+    graph: Graph, conn, tick: Tick
+) -> None:
+    """Not indexed yet, the log is routed by what its payloads name (never trusted)."""
+    baseline = tick(schema_entries_sensor, None)
+    newcomer = instances(graph.builder.author(9), 7)
+    newcomer.create(graph.schemas["profile"].ref(), name="sloth")
+    publish(conn, graph.fresh())
+    result = tick(schema_entries_sensor, baseline.cursor)
+    assert requested(result) == [graph.id("profile")]
+
+
+def test_new_entries_of_a_waiting_schema_wait(conn, tick: Tick) -> None:
+    graph = relation_graph()
+    publish(conn, graph.fresh())
+    register_schemas(conn, graph.id("mail"))  # profile unregistered: mail waits
+    index_in_process(conn)
+    baseline = tick(schema_entries_sensor, None)
+    graph.logs["mail"].create(graph.schemas["mail"].ref(), subject="waits")
+    publish(conn, graph.fresh())
+    result = tick(schema_entries_sensor, baseline.cursor)
+    assert result.run_requests == []
+    assert "not registered" in result.skip_reason.skip_message
+
+
+def test_schema_log_entries_of_a_waiting_schema_go_up_to_the_plan(conn, tick: Tick) -> None:
+    """A new version may end the wait: the index must learn it, the table still waits."""
+    graph = relation_graph()
+    publish(conn, graph.fresh())
+    register_schemas(conn, graph.id("mail"))
+    index_in_process(conn)
+    baseline = tick(schema_entries_sensor, None)
+    graph.schemas["mail"].migrate(remove_field("to"))
+    publish(conn, graph.fresh())
+    result = tick(schema_entries_sensor, baseline.cursor)
+    [run] = result.run_requests
+    assert run.partition_key == graph.id("mail")
+    assert [k.to_user_string() for k in run.asset_selection] == [
+        "raw_entries",
+        "decoded_messages",
+        "migration_plan",
+    ]
+
+
+def test_entries_committed_out_of_order_are_not_missed(
+    graph: Graph, conn, database_url: str
+) -> None:
+    """A slow ingest takes a lower ingest_seq, commits after a faster one: the cursor
+    keeps the hole below its maximum until the slow one commits."""
+    fresh, cursor = read_new_entries(conn, EntryCursor())
+    slow_pair = _new_label(graph, "slow")
+    fast_pair = _new_label(graph, "fast")
+    with connect(database_url) as slow:  # not autocommit: ingest stays in its transaction
+        slow.execute("SELECT 1")
+        ingest(slow, slow_pair)
+        ingest(conn, fast_pair)
+        fresh, cursor = read_new_entries(conn, cursor)
+        assert len(fresh) == 1 and cursor.holes  # the slow row's seq is a hole
+        slow.commit()
+    fresh, cursor = read_new_entries(conn, cursor)
+    assert [log.schema_id for log in fresh] == [_log_of(graph, "tag")]
+    assert fresh[0].first == fresh[0].last  # exactly the slow entry
+    assert cursor.holes == ()  # no writer left: nothing can fill a hole any more
+
+
+def _new_label(graph: Graph, label: str) -> list[tuple[bytes, bytes]]:
+    graph.logs["tag"].create(graph.schemas["tag"].ref(), label=label)
+    return graph.fresh()
+
+
+def _log_of(graph: Graph, name: str) -> str:
+    log = graph.logs[name]
+    return f"{log.owner.key_pair.public_key.hex()}-{log.log_id}"
+
+
+# --- reverts -------------------------------------------------------------------------------
+
+
+def test_revert_fans_out_to_the_dependents_only(graph: Graph, conn, tick: Tick) -> None:
+    """profile <- mail <- digest; tag is unrelated. A revert of profile asks for the plan
+    and the table of profile, mail and digest, upstream first, and of nothing else."""
+    baseline = tick(schema_revert_sensor, None)
+    assert baseline.run_requests == []
+    profile = graph.schemas["profile"]
+    profile.migrate(create_field("bio", "text"))
+    profile.revert(2)
+    publish(conn, graph.fresh())
+    assert tick(schema_revert_sensor, baseline.cursor).run_requests == []  # not verified yet
+    index_in_process(conn)
+    result = tick(schema_revert_sensor, baseline.cursor)
+    assert requested(result) == [graph.id(n) for n in ("profile", "mail", "digest")]
+    assert all(r.asset_selection == PLAN_AND_TABLE for r in result.run_requests)
+    assert len({r.run_key for r in result.run_requests}) == 3
+    assert tick(schema_revert_sensor, result.cursor).run_requests == []
+
+
+def test_revert_of_a_leaf_schema_requests_it_alone(graph: Graph, conn, tick: Tick) -> None:
+    baseline = tick(schema_revert_sensor, None)
+    graph.schemas["digest"].revert(1)
+    publish(conn, graph.fresh())
+    index_in_process(conn)
+    result = tick(schema_revert_sensor, baseline.cursor)
+    assert requested(result) == [graph.id("digest")]
+
+
+def test_registration_result_passes_the_daemons_validation(
+    conn, instance, database_url: str
+) -> None:
+    """Evaluated as the daemon does (`evaluate_tick`, with the code location), the run
+    request for a partition added in the same tick resolves to the job's assets."""
+    graph = relation_graph()
+    publish(conn, graph.fresh())
+    register_schemas(conn, graph.id("tag"))
+    context = dg.build_sensor_context(
+        instance_ref=instance.get_ref(),
+        definitions=defs,
+        resources={"postgres": PostgresResource(url=database_url)},
+    )
+    data = schema_registration_sensor.evaluate_tick(context)
+    [run] = data.run_requests
+    assert run.partition_key == graph.id("tag")
+    assert run.tags["dagster/partition"] == graph.id("tag")
+
+
+def test_revert_waits_while_its_schema_is_being_rebuilt(
+    graph: Graph, conn, tick: Tick, instance
+) -> None:
+    """The run that indexed the revert may still be writing the schema's decoded
+    messages and table: the fan-out waits for it, then happens once."""
+    baseline = tick(schema_revert_sensor, None)
+    graph.schemas["tag"].revert(1)
+    publish(conn, graph.fresh())
+    index_in_process(conn)
+    run = instance.add_run(
+        dg.DagsterRun(
+            job_name="materialize_schema",
+            status=dg.DagsterRunStatus.STARTED,
+            tags={"dagster/partition": graph.id("tag")},
+        )
+    )
+    waiting = tick(schema_revert_sensor, baseline.cursor)
+    assert waiting.run_requests == []
+    assert "waits for its run in progress" in waiting.skip_reason.skip_message
+    instance.report_run_canceled(run)
+    result = tick(schema_revert_sensor, waiting.cursor)
+    assert requested(result) == [graph.id("tag")]
