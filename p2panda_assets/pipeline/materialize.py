@@ -28,6 +28,7 @@ from p2panda_assets.engine.corpus import (
 from p2panda_assets.engine.instances import Instance
 from p2panda_assets.engine.lens import Lens
 from p2panda_assets.engine.relations import BuildOrder, relation_target
+from p2panda_assets.errors import Reason
 from p2panda_assets.pipeline.columns import (
     SYSTEM_COLUMNS_PG,
     field_columns,
@@ -40,6 +41,7 @@ from p2panda_assets.pipeline.decoded import items_log
 from p2panda_assets.pipeline.index import UPSERT_ACCOUNTS, account_rows
 from p2panda_assets.pipeline.jdbc import Jdbc, append, read_query, require_autocommit
 from p2panda_assets.protocol.fieldtypes import FieldType
+from p2panda_assets.protocol.log import Rejection
 from p2panda_assets.store.registry import table_name_for
 
 SCHEMA_ID = re.compile(r"^[0-9a-f]{64}-[0-9]{1,20}$")
@@ -142,16 +144,17 @@ def materialize_schema(
     require_autocommit(conn)
     schema_id = checked_schema_id(schema_id)
     table_name = table_name_for(schema_id)
-    if schema_id not in order.order:
-        why = catalog.not_built(schema_id, order)
+    upstream = order.upstream.get(schema_id, ())
+    why = _why_waiting(conn, catalog, order, schema_id, upstream)
+    if why is not None:
         outcome = Outcome(
             schema_id, "waiting", f"{why.reason}: {why.message}", table_name=table_name
         )
+        _versions(outcome, catalog)
         _update_registry(conn, outcome, catalog)
         return outcome
     assert decoded is not None, "a schema in the build order has decoded messages"
     history = catalog.histories[schema_id]
-    upstream = order.upstream.get(schema_id, ())
     broadcast = spark.sparkContext.broadcast((catalog, schema_id, _owners(conn, schema_id)))
     reduced = _reduce(decoded, broadcast, reduce_schema_type(catalog, schema_id)).cache()
     instances = reduced.filter(F.col("row_type") == "instance")
@@ -161,15 +164,13 @@ def materialize_schema(
         .withColumn("live", F.col("gone").isNull())
         .cache()
     )
-    latest = history.latest
     outcome = Outcome(
         schema_id,
         "materialized" if history.lens else "dropped",
         table_name=table_name,
-        version=latest.seq if latest else None,
-        version_hash=latest.hash.hex() if latest else None,
         upstream=upstream,
     )
+    _versions(outcome, catalog)
     staged = _Staged()
     try:
         _stage_accounts(conn, jdbc, staged, schema_id, reduced, flagged)
@@ -188,6 +189,46 @@ def materialize_schema(
         flagged.unpersist()
         broadcast.unpersist()
     return outcome
+
+
+def _why_waiting(
+    conn: psycopg.Connection,
+    catalog: Catalog,
+    order: BuildOrder,
+    schema_id: str,
+    upstream: tuple[str, ...],
+) -> Rejection | None:
+    """Why the schema cannot be built now: not in the build order, or an upstream schema
+    not materialized yet (its deleted set, which cascades read, would be missing). The
+    sensors and `panda materialize` order runs upstream first; this guards runs launched
+    by hand."""
+    if schema_id not in order.order:
+        return catalog.not_built(schema_id, order)
+    others = [s for s in upstream if s != schema_id]
+    if not others:
+        return None
+    built = {
+        s
+        for (s,) in conn.execute(
+            "SELECT schema_id FROM p2panda.schemas WHERE schema_id = ANY(%s)"
+            " AND status IN ('materialized', 'dropped')",
+            (others,),
+        )
+    }
+    missing = sorted(set(others) - built)
+    if missing:
+        return Rejection(
+            Reason.AWAITING_SCHEMA, f"upstream schema {missing[0]} is not materialized yet"
+        )
+    return None
+
+
+def _versions(outcome: Outcome, catalog: Catalog) -> None:
+    """The registry keeps the schema's current version, built or waiting."""
+    history = catalog.histories.get(outcome.schema_id)
+    latest = history.latest if history else None
+    if latest is not None:
+        outcome.version, outcome.version_hash = latest.seq, latest.hash.hex()
 
 
 @dataclass(slots=True)

@@ -34,11 +34,11 @@ from tests.pipeline.compare import engine_accounts, engine_tables, pg_accounts, 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
 TABLE = dg.AssetKey("materialized_table")
-SYSTEM_COLUMNS = [
+SYSTEM_COLUMNS = [  # as PostgreSQL declares them (SPEC section 4)
     ("_instance_id", "text"),
     ("_author", "text"),
     ("_version", "bigint"),
-    ("_seq", "numeric"),
+    ("_seq", "numeric(20, 0)"),
 ]
 
 

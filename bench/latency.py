@@ -1,0 +1,176 @@
+"""Latency from `panda ingest` of one new entry to its row being visible in the table,
+with nothing but the Dagster daemon and the sensors at their default interval.
+
+A scenario in a temporary P2PANDA_HOME: the embedded PostgreSQL, `dagster-daemon run` on
+the project's workspace, a schema authored, ingested and registered; the daemon's sensors
+must materialize it without any `panda materialize`. Then, N times: publish one new
+instance, ingest it, and time until its row is in the table.
+
+    .venv/bin/python bench/latency.py [--samples 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SENSOR_INTERVAL_SECONDS = 5
+
+
+def panda(*argv: str) -> str:
+    from p2panda_assets.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    if code != 0:
+        raise RuntimeError(f"panda {' '.join(argv)}: {err.getvalue()}")
+    return out.getvalue().strip()
+
+
+class DaemonScenario:
+    """A home with a running daemon; `publish_and_wait` measures one entry's latency."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.story = home / "story.jsonl"
+        os.environ["P2PANDA_HOME"] = str(home)
+        os.environ.pop("P2PANDA_DATABASE_URL", None)
+        os.environ.pop("DAGSTER_HOME", None)
+        from p2panda_assets.orchestration import prepare_environment
+
+        self.url = prepare_environment()  # embedded server, DAGSTER_HOME, dagster.yaml
+        self.daemon: subprocess.Popen[bytes] | None = None
+        self.schema_id = ""
+
+    def start_daemon(self) -> None:
+        env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_MASTER="local[2]")
+        log = open(self.home / "daemon.log", "wb")  # noqa: SIM115 - closed with the process
+        self.daemon = subprocess.Popen(
+            [str(Path(sys.executable).parent / "dagster-daemon"), "run", "-w", "workspace.yaml"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def stop_daemon(self) -> None:
+        if self.daemon is not None and self.daemon.poll() is None:
+            os.killpg(self.daemon.pid, signal.SIGTERM)
+            try:
+                self.daemon.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.daemon.pid, signal.SIGKILL)
+
+    def author_schema(self) -> None:
+        panda("key", "new")
+        out = ("--out", str(self.story))
+        panda("schema", "note", "init", "--description", "latency probe", *out)
+        panda("schema", "note", "migrate", str(ROOT / "resources" / "profile-001.yaml"), *out)
+        state = json.loads((self.home / "authoring.json").read_text())
+        author = next(iter(state["authors"]))
+        self.schema_id = state["authors"][author]["schemas"]["note"]["schema_id"]
+        panda("publish", "create", "--schema", "note", "--field", "name=first", *out)
+        panda("ingest", str(self.story))
+        author_hex, log_id = self.schema_id.rsplit("-", 1)
+        panda("register", author_hex, log_id)
+
+    def rows(self) -> set[str]:
+        from psycopg import sql
+
+        from p2panda_assets.store.database import connect
+        from p2panda_assets.store.registry import table_identifier, table_name_for
+
+        query = sql.SQL("SELECT _instance_id FROM {}").format(
+            table_identifier(table_name_for(self.schema_id))
+        )
+        with connect(self.url) as conn:
+            try:
+                return {r[0] for r in conn.execute(query)}
+            except Exception:  # the table does not exist yet
+                return set()
+
+    def wait_for(self, instance_id: str, started: float, timeout: float) -> float:
+        """Seconds from `started` until the row is visible (raises after `timeout`)."""
+        while time.perf_counter() - started < timeout:
+            if instance_id in self.rows():
+                return time.perf_counter() - started
+            if self.daemon is not None and self.daemon.poll() is not None:
+                raise RuntimeError(
+                    f"the daemon exited: {(self.home / 'daemon.log').read_text()[-2000:]}"
+                )
+            time.sleep(0.2)
+        raise TimeoutError(f"row {instance_id} not visible after {timeout} s")
+
+    def publish_and_wait(self, name: str, timeout: float) -> float:
+        """Publish one instance, ingest it, and time until its row is visible."""
+        out = ("--out", str(self.story))
+        instance_id = panda(
+            "publish", "create", "--schema", "note", "--field", f"name={name}", *out
+        )
+        started = time.perf_counter()
+        panda("ingest", str(self.story))
+        return self.wait_for(instance_id, started, timeout)
+
+
+@contextlib.contextmanager
+def scenario() -> Iterator[DaemonScenario]:
+    from p2panda_assets.store.embedded import stop_embedded
+
+    before = dict(os.environ)
+    home = Path(tempfile.mkdtemp(prefix="p2panda-latency-"))
+    home.chmod(0o755)
+    run = DaemonScenario(home)
+    try:
+        yield run
+    finally:
+        run.stop_daemon()
+        stop_embedded(home)
+        os.environ.clear()
+        os.environ.update(before)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--samples", type=int, default=3)
+    args = parser.parse_args()
+    with scenario() as run:
+        run.author_schema()
+        run.start_daemon()
+        started = time.perf_counter()
+        print(f"schema {run.schema_id} registered; waiting for the sensors' first build")
+        while not run.rows():
+            time.sleep(0.5)
+            if time.perf_counter() - started > 600:
+                raise TimeoutError("no first materialization within 600 s")
+        first_build = time.perf_counter() - started
+        print(f"first build through the sensors: {first_build:.1f} s")
+        samples = [run.publish_and_wait(f"probe {i}", timeout=600) for i in range(args.samples)]
+        for i, seconds in enumerate(samples):
+            print(f"sample {i}: ingest -> row visible in {seconds:.1f} s")
+    print(
+        json.dumps(
+            {
+                "sensor_interval_s": SENSOR_INTERVAL_SECONDS,
+                "first_build_s": round(first_build, 1),
+                "latency_s": [round(s, 1) for s in samples],
+                "median_latency_s": round(sorted(samples)[len(samples) // 2], 1),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
