@@ -67,12 +67,17 @@ class DaemonScenario:
         )
 
     def stop_daemon(self) -> None:
-        if self.daemon is not None and self.daemon.poll() is None:
+        """Stop the daemon gracefully, then kill what it started in its process group
+        (its code server ignores SIGTERM and would outlive it)."""
+        if self.daemon is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.daemon.pid, signal.SIGTERM)
-            try:
-                self.daemon.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.daemon.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.daemon.wait(timeout=30)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.daemon.pid, signal.SIGKILL)
+        self.daemon.wait(timeout=30)
 
     def author_schema(self) -> None:
         panda("key", "new")
