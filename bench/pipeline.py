@@ -1,0 +1,584 @@
+"""Entries per second of the whole pipeline (ingest, index, materialize) against the
+signature-verification ceiling measured in the same run.
+
+The corpus: 20 schemas of four or five versions each (fields created, a type change
+with a default, a validation with a default, and on every odd schema a relation to the
+schema before it, half of them cascading), 1,000 authors each writing instance logs for
+five schemas: ~60% creates, ~30% updates, ~10% deletes, each naming a random existing
+version, so most messages migrate forward. Signing takes longer than the pipeline, so
+the corpus is generated once in parallel into a JSON-lines cache file (the format `panda
+ingest` reads) and reused by later runs with the same size and seed; generation is not
+part of the measured `seconds`.
+
+`seconds` is ingest (the cache file through `store.ingest`) + registration +
+`run_pipeline`, on a fresh database: a new one on the server `P2PANDA_DATABASE_URL`
+names, else on an embedded server in a temporary `$P2PANDA_HOME`, stopped at the end.
+`SPARK_MASTER`, `P2PANDA_SHUFFLE_PARTITIONS` and `P2PANDA_DRIVER_MEMORY` apply as usual.
+The last line printed is one JSON object.
+
+    .venv/bin/python bench/pipeline.py [--entries 1000000] [--seed 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import random
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import nacl.bindings
+import psutil
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from p2panda_assets.engine.builder import (
+    CorpusBuilder,
+    SchemaAuthor,
+    create_field,
+    instances,
+    update_field,
+)
+from p2panda_assets.jsonlines import entry_line, read_entry_lines
+from p2panda_assets.pipeline import index as index_module
+from p2panda_assets.pipeline import run as run_module
+from p2panda_assets.pipeline.spark import build_session, spark_config, spark_master
+from p2panda_assets.store.database import DATABASE_URL_ENV, connect, ensure_schema, jdbc_options
+from p2panda_assets.store.embedded import ensure_embedded, layout, stop_embedded
+from p2panda_assets.store.ingest import ingest
+from p2panda_assets.store.registry import register
+
+CORPUS_FORMAT = 1  # bump when the generator changes: cache files are named after it
+SCHEMAS = 20
+AUTHORS = 1_000
+SCHEMAS_PER_AUTHOR = 5
+AUTHOR_CHUNK = 25  # authors per generation task: small enough to balance the workers
+SCHEMA_OWNER_SEED = 1
+AUTHOR_SEED_BASE = 10_000
+TITLE_RULE = r"^[^#\r\n].*$"
+TITLES = ["hello", "two\nlines", "# heading", "ok", "a longer title for a message"]
+COUNTS = ["1", "42", "n/a", "7"]  # "n/a" cannot become an integer: it falls back
+VERIFY_SAMPLE = 20_000
+SAMPLE_EVERY_S = 0.5
+
+
+# --- the corpus ---------------------------------------------------------------------------
+
+
+def relation_target(index: int) -> int | None:
+    """Odd schemas relate to the schema before them (version 5); the rest do not."""
+    return index - 1 if index % 2 == 1 else None
+
+
+def schema_corpus() -> tuple[CorpusBuilder, list[SchemaAuthor]]:
+    """The 20 schema logs. Cheap and deterministic: every generation worker rebuilds it
+    for the version refs and the relation targets, only the parent writes its entries."""
+    corpus = CorpusBuilder()
+    owner = corpus.author(SCHEMA_OWNER_SEED)
+    schemas: list[SchemaAuthor] = []
+    for index in range(SCHEMAS):
+        schema = owner.schema(100 + index, f"bench{index}")
+        schema.migrate(create_field("title", "text"), create_field("count", "text"))  # 2
+        schema.migrate(create_field("tags", "varchar[]", default=()))  # 3
+        schema.migrate(
+            update_field("count", "integer", 0),  # a type change, with a default
+            update_field("title", "text", "<untitled>", validation=TITLE_RULE),
+        )  # 4
+        target = relation_target(index)
+        if target is not None:
+            cascade = index % 4 == 1
+            ref = schemas[target].log_ref
+            schema.migrate(create_field("link", "relation", schema=ref, cascade=cascade))  # 5
+        schemas.append(schema)
+    return corpus, schemas
+
+
+def fields_for(rnd: random.Random, version: int, related: list[bytes]) -> dict[str, object]:
+    """A create's fields as written at `version` (old types, old or new titles)."""
+    title = rnd.choice(TITLES)
+    if version >= 4 and (title[0] == "#" or "\n" in title):
+        title = "fine"  # valid at its own version, or the message is rejected
+    fields: dict[str, object] = {"title": title}
+    count = rnd.choice(COUNTS)
+    fields["count"] = count if version < 4 else int(count) if count.isdigit() else 0
+    if version >= 3:
+        fields["tags"] = tuple(rnd.sample(["a", "b", "c"], rnd.randrange(3)))
+    if version >= 5 and related:
+        fields["link"] = rnd.choice(related)
+    return fields
+
+
+def update_for(rnd: random.Random, version: int) -> dict[str, object]:
+    """One or two fields of an update, as written at `version`."""
+    choice = rnd.randrange(3 if version >= 3 else 2)
+    if choice == 0:
+        return {"title": f"updated {rnd.randrange(1000)}"}
+    if choice == 1:
+        return {"count": str(rnd.randrange(100)) if version < 4 else rnd.randrange(100)}
+    return {"tags": ("x",), "title": "retagged"}
+
+
+def author_entries(author_index: int, quota: int, seed: int) -> list[tuple[bytes, bytes]]:
+    """One author's instance logs: `quota` entries over five schemas, in log order."""
+    rnd = random.Random(f"{seed}-{author_index}")
+    _, schemas = schema_corpus()
+    corpus = CorpusBuilder()
+    author = corpus.author(AUTHOR_SEED_BASE + author_index)
+    mine = rnd.sample(range(SCHEMAS), SCHEMAS_PER_AUTHOR)
+    live: dict[int, list[bytes]] = {s: [] for s in mine}
+    for _ in range(quota):
+        s = rnd.choice(mine)
+        schema, log = schemas[s], instances(author, 100 + s)
+        version = rnd.randint(2, schema.version)
+        roll = rnd.random()
+        if not live[s] or roll < 0.6:
+            target = relation_target(s)
+            related = live.get(target, []) if target is not None else []
+            live[s].append(log.create(schema.ref(version), **fields_for(rnd, version, related)))
+        elif roll < 0.9:
+            log.update(schema.ref(version), rnd.choice(live[s]), **update_for(rnd, version))
+        else:
+            log.delete(live[s].pop(rnd.randrange(len(live[s]))), schema.ref(version))
+    return corpus.pairs
+
+
+def _generate_chunk(job: tuple[int, int, int, str]) -> int:
+    """Write the entries of authors [first, first + AUTHOR_CHUNK) to `path` (a worker)."""
+    first, instance_entries, seed, path = job
+    written = 0
+    with open(path, "w") as out:
+        for author_index in range(first, min(first + AUTHOR_CHUNK, AUTHORS)):
+            quota = instance_entries // AUTHORS + (author_index < instance_entries % AUTHORS)
+            for entry, payload in author_entries(author_index, quota, seed):
+                out.write(entry_line(entry, payload) + "\n")
+                written += 1
+    return written
+
+
+def corpus_path(entries: int, seed: int) -> Path:
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or tempfile.gettempdir())
+    return cache / f"p2panda-bench-{entries}-{seed}-v{CORPUS_FORMAT}.jsonl"
+
+
+def generate(entries: int, seed: int, workers: int) -> tuple[Path, float, bool]:
+    """The corpus file (generated unless cached), the seconds it took, and whether it
+    came from the cache. Written aside and renamed, so a cached file is always whole."""
+    path = corpus_path(entries, seed)
+    if path.exists():
+        return path, 0.0, True
+    started = time.perf_counter()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    schema_pairs = schema_corpus()[0].pairs
+    instance_entries = max(entries - len(schema_pairs), 0)
+    parts = Path(tempfile.mkdtemp(prefix="p2panda-bench-parts-", dir=path.parent))
+    try:
+        jobs = [
+            (first, instance_entries, seed, str(parts / f"{first:05d}.jsonl"))
+            for first in range(0, AUTHORS, AUTHOR_CHUNK)
+        ]
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            for _ in pool.imap_unordered(_generate_chunk, jobs):
+                pass
+        partial = path.with_suffix(".partial")
+        with partial.open("w") as out:
+            for entry, payload in schema_pairs:
+                out.write(entry_line(entry, payload) + "\n")
+            for _, _, _, part in jobs:
+                with open(part) as source:
+                    shutil.copyfileobj(source, out, 1 << 20)
+        partial.rename(path)
+    finally:
+        shutil.rmtree(parts, ignore_errors=True)
+    return path, time.perf_counter() - started, False
+
+
+# --- the ceiling --------------------------------------------------------------------------
+
+
+def verify_sample(path: Path, total: int, size: int = VERIFY_SAMPLE) -> list[tuple[bytes, bytes]]:
+    """(signed message, public key) for `size` entries spread over the whole file, in
+    the form `crypto_sign_open` takes: signature first, then the signed bytes."""
+    stride = max(total // size, 1)
+    sample = []
+    for number, item in enumerate(read_entry_lines([path])):
+        if number % stride == 0 and isinstance(item, tuple):
+            raw = item[0]
+            sample.append((raw[-64:] + raw[:-64], raw[1:33]))
+            if len(sample) == size:
+                break
+    return sample
+
+
+def verify_rate(sample: list[tuple[bytes, bytes]], repeat: int = 3) -> float:
+    """Raw PyNaCl verifications per second in this process (best of `repeat`)."""
+    sign_open = nacl.bindings.crypto_sign_open
+    best = float("inf")
+    for _ in range(repeat):
+        started = time.perf_counter()
+        for signed, key in sample:
+            sign_open(signed, key)
+        best = min(best, time.perf_counter() - started)
+    return len(sample) / best
+
+
+# --- memory -------------------------------------------------------------------------------
+
+
+def process_kind(process: psutil.Process) -> str:
+    """driver (this Python), jvm (Spark's driver, with local executors), python-worker
+    (pyspark daemons and workers), postgres, or other."""
+    if process.pid == os.getpid():
+        return "driver"
+    try:
+        name = process.name()
+        cmdline = " ".join(process.cmdline())
+    except psutil.Error:
+        return "other"
+    if name == "java":
+        return "jvm"
+    if "pyspark" in cmdline:
+        return "python-worker"
+    if name.startswith("postgres") or "postgres:" in cmdline:
+        return "postgres"
+    return "other"  # short-lived helpers (Hadoop's chmod and rm, pg_ctl)
+
+
+# What the run is doing now ("ingest", "verify", "materialize 105"...): the sampler
+# records it with each peak, so a peak can be traced to the stage that caused it.
+_stages: list[str] = ["setup"]
+
+
+@contextmanager
+def stage(name: str) -> Iterator[None]:
+    _stages.append(name)
+    try:
+        yield
+    finally:
+        _stages.pop()
+
+
+@dataclass
+class RssSampler:
+    """Samples, every 0.5 s, the RSS of this process and its descendants (Spark's JVM and
+    its Python workers), and of the embedded PostgreSQL server if there is one (it is
+    not our child: pg_ctl detaches it). Peaks are per process, with the stage running
+    when each was reached; kinds keep the largest."""
+
+    postmaster: int | None = None
+    peak_by_pid: dict[int, tuple[str, int, str]] = field(default_factory=dict)
+    peak_total: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def _processes(self) -> Iterator[psutil.Process]:
+        me = psutil.Process()
+        yield me
+        yield from me.children(recursive=True)
+        if self.postmaster is not None:
+            try:
+                server = psutil.Process(self.postmaster)
+                yield server
+                yield from server.children(recursive=True)
+            except psutil.Error:
+                pass
+
+    def sample(self) -> None:
+        total = 0
+        for process in self._processes():
+            try:
+                rss = process.memory_info().rss
+            except psutil.Error:
+                continue
+            kind, peak, _ = self.peak_by_pid.get(process.pid, ("", -1, ""))
+            if not kind:
+                kind = process_kind(process)
+            if kind != "postgres":
+                total += rss
+            if rss > peak:
+                self.peak_by_pid[process.pid] = (kind, rss, _stages[-1])
+        self.peak_total = max(self.peak_total, total)
+
+    def _run(self) -> None:
+        while not self._stop.wait(SAMPLE_EVERY_S):
+            self.sample()
+
+    def start(self) -> None:
+        self.sample()
+        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.sample()
+
+    def peak_mb(self, *, include_postgres: bool = False) -> float:
+        """The largest single process (of this process and its children, by default)."""
+        peaks = [
+            rss
+            for kind, rss, _ in self.peak_by_pid.values()
+            if include_postgres or kind != "postgres"
+        ]
+        return round(max(peaks, default=0) / 2**20, 1)
+
+    def by_kind(self) -> dict[str, tuple[float, str]]:
+        """Per kind of process: the largest one's peak (MiB) and the stage it was in."""
+        kinds: dict[str, tuple[int, str]] = {}
+        for kind, rss, when in self.peak_by_pid.values():
+            if rss > kinds.get(kind, (-1, ""))[0]:
+                kinds[kind] = (rss, when)
+        return {k: (round(rss / 2**20, 1), when) for k, (rss, when) in sorted(kinds.items())}
+
+
+# --- the database ---------------------------------------------------------------------------
+
+
+def with_database(url: str, dbname: str) -> str:
+    """`url` pointing at another database (URL or key=value form)."""
+    if url.startswith(("postgresql://", "postgres://")):
+        return urlsplit(url)._replace(path=f"/{dbname}").geturl()
+    return make_conninfo(url, dbname=dbname)
+
+
+@contextmanager
+def bench_database(home: Path, keep: bool) -> Iterator[tuple[str, int | None]]:
+    """A fresh database (URL, embedded postmaster pid or None), dropped afterwards: on
+    the server P2PANDA_DATABASE_URL names (its data is never touched), else on an
+    embedded server under `home`, which is stopped at the end."""
+    external = os.environ.get(DATABASE_URL_ENV, "").strip()
+    server = external or ensure_embedded(home)
+    postmaster = None
+    if not external:
+        postmaster = int((layout(home).data / "postmaster.pid").read_text().split()[0])
+    name = f"p2panda_bench_{secrets.token_hex(4)}"
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield with_database(server, name), postmaster
+    finally:
+        if keep:
+            print(f"kept database {name} on {server}", file=sys.stderr)
+        else:
+            with psycopg.connect(server, autocommit=True) as admin:
+                admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+        if not external and not keep:
+            stop_embedded(home)
+
+
+# --- timing the pipeline's stages ------------------------------------------------------------
+
+
+@dataclass
+class StageTimes:
+    """Seconds per stage of `run_pipeline`, taken by wrapping the functions it calls (so
+    the benchmark runs `run_pipeline` itself, not a copy of it); each call is also
+    reported on stderr as it ends, so a long run shows where it is."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def wrap(self, module: Any, name: str, name_of_stage: str) -> Callable[[], None]:
+        original = getattr(module, name)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            schema = next((a for a in args if isinstance(a, str)), "")
+            label = f"{name_of_stage} {schema[-3:]}".strip()
+            started = time.perf_counter()
+            try:
+                with stage(label):
+                    return original(*args, **kwargs)
+            finally:
+                elapsed = time.perf_counter() - started
+                self.seconds[name_of_stage] = self.seconds.get(name_of_stage, 0.0) + elapsed
+                print(f"  {label}: {elapsed:.1f} s", file=sys.stderr, flush=True)
+
+        setattr(module, name, timed)
+        return lambda: setattr(module, name, original)
+
+
+@contextmanager
+def timed_stages() -> Iterator[StageTimes]:
+    times = StageTimes()
+    restore = [
+        times.wrap(run_module, "run_index", "index"),
+        times.wrap(index_module, "verify_new_entries", "verify"),
+        times.wrap(run_module, "decode_schema", "decode"),
+        times.wrap(run_module, "materialize_schema", "materialize"),
+    ]
+    try:
+        yield times
+    finally:
+        for undo in restore:
+            undo()
+
+
+# --- the run -------------------------------------------------------------------------------
+
+
+def count_lines(path: Path) -> int:
+    with path.open("rb") as file:
+        return sum(chunk.count(b"\n") for chunk in iter(lambda: file.read(1 << 24), b""))
+
+
+def commit() -> str:
+    """The checkout measured (the pipeline changes; numbers belong to a commit)."""
+    try:
+        result = subprocess.run(
+            ["git", "describe", "--always", "--dirty"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except OSError:
+        return ""
+    return result.stdout.strip()
+
+
+def line(label: str, value: str) -> None:
+    print(f"{label + ':':<28} {value}", flush=True)
+
+
+def run(args: argparse.Namespace) -> dict[str, object]:
+    path, generation_s, cached = generate(args.entries, args.seed, args.workers)
+    total = count_lines(path)
+    how = "cached" if cached else f"{args.workers} processes"
+    line("corpus", f"{path} ({total:,} entries, {path.stat().st_size / 2**20:,.0f} MiB)")
+    line("generation", f"{generation_s:.1f} s ({how}; not counted)")
+    load_before = os.getloadavg()[0]
+    sample = verify_sample(path, total)
+    ceiling_before = verify_rate(sample)
+    schema_ids = [s.schema_id for s in schema_corpus()[1]]
+
+    home = Path(tempfile.mkdtemp(prefix="p2panda-bench-home-"))
+    os.environ["P2PANDA_HOME"] = str(home)  # the decoded messages' Parquet goes here
+    sampler = RssSampler()
+    try:
+        with bench_database(home, args.keep_database) as (url, postmaster):
+            sampler.postmaster = postmaster
+            sampler.start()
+            started = time.perf_counter()
+            spark = build_session(spark_config())
+            session_s = time.perf_counter() - started
+            cores = spark.sparkContext.defaultParallelism
+            line("spark session", f"{session_s:.1f} s ({spark_master()}, {cores} cores)")
+            try:
+                with connect(url, autocommit=True) as conn:
+                    ensure_schema(conn)
+                    started = time.perf_counter()
+                    with stage("ingest"):
+                        counts = ingest(conn, read_entry_lines([path]))
+                    ingest_s = time.perf_counter() - started
+                    line(
+                        "ingest",
+                        f"{ingest_s:.1f} s ({total / ingest_s:,.0f} entries/s; "
+                        f"{counts.accepted:,} accepted, {counts.duplicate:,} duplicate, "
+                        f"{counts.rejected:,} rejected)",
+                    )
+                    started = time.perf_counter()
+                    for schema_id in schema_ids:
+                        author, log_id = schema_id.rsplit("-", 1)
+                        register(conn, bytes.fromhex(author), int(log_id), None)
+                    register_s = time.perf_counter() - started
+                    line("registration", f"{register_s:.2f} s ({len(schema_ids)} schemas)")
+                    started = time.perf_counter()
+                    with timed_stages() as stages:
+                        outcomes = run_module.run_pipeline(spark, conn, jdbc_options(url))
+                    pipeline_s = time.perf_counter() - started
+            finally:
+                spark.stop()
+            sampler.stop()
+    finally:
+        if args.keep_database and not os.environ.get(DATABASE_URL_ENV):
+            print(f"kept the embedded server's home {home}", file=sys.stderr)
+        else:
+            shutil.rmtree(home, ignore_errors=True)
+
+    ceiling_after = verify_rate(sample)
+    took = stages.seconds
+    index_s, verify_s = took.get("index", 0.0), took.get("verify", 0.0)
+    line(
+        "index",
+        f"{index_s:.1f} s (verification {verify_s:.1f} s, chaining and the rest "
+        f"{index_s - verify_s:.1f} s)",
+    )
+    line("decode (Parquet)", f"{took.get('decode', 0.0):.1f} s")
+    line("materialize", f"{took.get('materialize', 0.0):.1f} s")
+    line("run_pipeline", f"{pipeline_s:.1f} s")
+    rows = {o.schema_id: o.rows for o in outcomes}
+    statuses = sorted({o.status for o in outcomes})
+    line("rows", f"{sum(rows.values()):,} in {len(rows)} schemas ({', '.join(statuses)})")
+    for outcome in outcomes:
+        line(f"  {outcome.schema_id[-3:]}", f"{outcome.rows:,} rows, {outcome.status}")
+
+    seconds = ingest_s + register_s + pipeline_s
+    per_core = max(ceiling_before, ceiling_after)
+    ceiling = per_core * cores
+    line(
+        "verify ceiling",
+        f"{per_core:,.0f}/s per core x {cores} = {ceiling:,.0f}/s "
+        f"(before {ceiling_before:,.0f}, after {ceiling_after:,.0f})",
+    )
+    peaks = sampler.by_kind()
+    line(
+        "peak RSS by kind",
+        ", ".join(f"{kind} {mb:,.0f} MiB ({when})" for kind, (mb, when) in peaks.items()),
+    )
+    load = (round(load_before, 1), round(os.getloadavg()[0], 1))
+    line("load average", f"{load[0]} before, {load[1]} after (other work shares the cores)")
+    return {
+        "entries": total,
+        "seconds": round(seconds, 1),
+        "entries_per_s": round(total / seconds),
+        "verify_ceiling_per_s": round(ceiling),
+        "ratio": round(total / seconds / ceiling, 4),
+        "peak_rss_mb": sampler.peak_mb(),
+        "generation_s": round(generation_s, 1),
+        "ingest_s": round(ingest_s, 1),
+        "register_s": round(register_s, 2),
+        "index_s": round(index_s, 1),
+        "verify_s": round(verify_s, 1),
+        "decode_s": round(took.get("decode", 0.0), 1),
+        "materialize_s": round(took.get("materialize", 0.0), 1),
+        "pipeline_s": round(pipeline_s, 1),
+        "session_s": round(session_s, 1),
+        "cores": cores,
+        "rows": sum(rows.values()),
+        "peak_rss_mb_by_kind": {kind: mb for kind, (mb, _) in peaks.items()},
+        "peak_rss_stage_by_kind": {kind: when for kind, (_, when) in peaks.items()},
+        "peak_rss_mb_sum": round(sampler.peak_total / 2**20, 1),
+        "load_average": load,
+        "commit": commit(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--entries", type=int, default=1_000_000)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--workers", type=int, default=os.cpu_count() or 1, help="generation processes"
+    )
+    parser.add_argument(
+        "--keep-database", action="store_true", help="keep the database (and server) to inspect"
+    )
+    print(json.dumps(run(parser.parse_args())))
+
+
+if __name__ == "__main__":
+    main()
