@@ -36,7 +36,12 @@ from p2panda_assets.engine.corpus import (
 from p2panda_assets.engine.relations import BuildOrder
 from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.pipeline.columns import column_names, rows_frame
-from p2panda_assets.pipeline.jdbc import Jdbc, append, read_query, require_autocommit
+from p2panda_assets.pipeline.jdbc import (
+    Jdbc,
+    append,
+    read_partitioned,
+    require_autocommit,
+)
 from p2panda_assets.protocol.entry import decode_entry
 from p2panda_assets.protocol.log import Rejection
 from p2panda_assets.protocol.messages import (
@@ -170,10 +175,11 @@ def verify_new_entries(spark: SparkSession, conn: psycopg.Connection, jdbc: Jdbc
         "LIKE p2panda.message_index INCLUDING DEFAULTS",
         extra=", verdict text, verdict_message text",
     )
-    frame = read_query(
+    frame = read_partitioned(
         spark,
         jdbc,
-        "SELECT hash, entry, payload FROM p2panda.entries WHERE verdict IS NULL",
+        "SELECT ingest_seq, hash, entry, payload FROM p2panda.entries WHERE verdict IS NULL",
+        column="ingest_seq",
         partitions=_partitions(spark, pending),
     )
     append(frame.mapInArrow(_verify_batches, VERIFY_SPARK), jdbc, stage.as_string(conn))
@@ -201,11 +207,12 @@ def _stage_table(
 
 
 def verified_entries(spark: SparkSession, jdbc: Jdbc, where: str = "TRUE") -> DataFrame:
-    return read_query(
+    return read_partitioned(
         spark,
         jdbc,
-        f"SELECT author, log_id, seq_num, hash, entry, payload FROM p2panda.entries e "
-        f"WHERE verdict = 'ok' AND {where}",
+        "SELECT ingest_seq, author, log_id, seq_num, hash, entry, payload FROM p2panda.entries e"
+        f" WHERE verdict = 'ok' AND {where}",
+        column="ingest_seq",
         partitions=spark.sparkContext.defaultParallelism * 2,
     )
 

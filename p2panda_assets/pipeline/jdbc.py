@@ -28,6 +28,31 @@ def read_query(spark: SparkSession, jdbc: Jdbc, query: str, *, partitions: int =
     return frame.repartition(partitions) if partitions > 1 else frame
 
 
+def read_partitioned(
+    spark: SparkSession, jdbc: Jdbc, query: str, *, column: str, partitions: int
+) -> DataFrame:
+    """The rows of `query` read over `partitions` JDBC connections at once, split on
+    `column` (an integer column the query selects): one connection would feed every core
+    through a single socket. The bounds come from the query's own rows."""
+    bounds = read_query(
+        spark, jdbc, f"SELECT min({column}) AS lo, max({column}) AS hi FROM ({query}) q"
+    )
+    lo, hi = bounds.first()
+    if lo is None or partitions <= 1 or hi <= lo:
+        return read_query(spark, jdbc, query)
+    return (
+        spark.read.format("jdbc")
+        .options(**jdbc)
+        .option("dbtable", f"({query}) AS q")
+        .option("partitionColumn", column)
+        .option("lowerBound", str(lo))
+        .option("upperBound", str(hi + 1))
+        .option("numPartitions", str(partitions))
+        .option("fetchsize", "10000")
+        .load()
+    )
+
+
 def append(frame: DataFrame, jdbc: Jdbc, table: str) -> None:
     """Append `frame` to an existing table (columns matched by name)."""
     (
