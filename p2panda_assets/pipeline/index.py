@@ -374,13 +374,6 @@ def _run_index(spark: SparkSession, conn: psycopg.Connection, jdbc: Jdbc) -> Ind
     return IndexResult(verified, len(summaries), catalog, assignment, order)
 
 
-def not_built_reason(catalog: Catalog, order: BuildOrder, schema_id: str) -> Rejection:
-    """Why a schema's instance logs wait: exactly what `reduce_corpus` says."""
-    return order.waiting.get(schema_id) or Rejection(
-        Reason.AWAITING_SCHEMA, f"schema {schema_id} is not known"
-    )
-
-
 def _append_waiting_accounts(
     spark: SparkSession,
     conn: psycopg.Connection,
