@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
+from p2panda_assets.defs.as_of import materialize_as_of_version
 from p2panda_assets.defs.assets import family, materialize_schema_job
 from p2panda_assets.defs.checks import checks
 from p2panda_assets.defs.resources import default_resources
@@ -12,7 +13,7 @@ from p2panda_assets.defs.sensors import sensors
 defs = dg.Definitions(
     assets=family,
     asset_checks=checks,
-    jobs=[materialize_schema_job],
+    jobs=[materialize_schema_job, materialize_as_of_version],
     sensors=sensors,
     resources=default_resources(),
 )

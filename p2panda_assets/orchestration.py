@@ -20,6 +20,7 @@ from p2panda_assets.store.database import DATABASE_URL_ENV, connect, database_ur
 
 SCHEMAS = "schemas"
 JOB = "materialize_schema"
+AS_OF_JOB = "materialize_as_of_version"
 
 
 def prepare_environment() -> str:
@@ -78,6 +79,27 @@ def materialize(schema_ids: list[str] | None = None) -> list[str]:
     return ordered
 
 
+def materialize_as_of(schema_id: str, version: int) -> None:
+    """Build the table of a registered schema as it was at `version`, beside the current
+    one (job `materialize_as_of_version`); `pipeline.as_of` says what that means."""
+    from p2panda_assets.definitions import defs
+
+    prepare_environment()
+    with dg.DagsterInstance.get() as instance:
+        result = defs.resolve_job_def(AS_OF_JOB).execute_in_process(
+            run_config={
+                "loggers": {"console": {"config": {"log_level": "WARNING"}}},
+                "ops": {
+                    "build_version_table": {"config": {"schema_id": schema_id, "version": version}}
+                },
+            },
+            instance=instance,
+            raise_on_error=False,
+        )
+    if not result.success:
+        _raise_failure(result, f"building {schema_id} at version {version}")
+
+
 def _with_upstream(targets: set[str], upstream: dict[str, tuple[str, ...]]) -> set[str]:
     wanted, todo = set(targets), list(targets)
     while todo:
@@ -97,5 +119,16 @@ def _run(job: dg.JobDefinition, instance: dg.DagsterInstance, schema_id: str, se
         raise_on_error=False,
     )
     if not result.success:
-        failures = [e.message for e in result.all_events if e.is_failure]
-        raise RuntimeError(f"materializing {schema_id} failed: {'; '.join(failures)}")
+        _raise_failure(result, f"materializing {schema_id}")
+
+
+def _raise_failure(result: dg.ExecuteInProcessResult, what: str) -> None:
+    """A failed run as the command's error; a run that failed with a typed error (a
+    `dg.Failure` with `reason` metadata) keeps its reason code."""
+    for event in result.all_events:
+        data = event.step_failure_data if event.is_step_failure else None
+        failure = data.user_failure_data if data else None
+        if failure is not None and "reason" in failure.metadata:
+            raise P2pandaError(Reason(failure.metadata["reason"].value), failure.description or "")
+    failures = [e.message for e in result.all_events if e.is_failure]
+    raise RuntimeError(f"{what} failed: {'; '.join(failures)}")

@@ -1,7 +1,8 @@
 """Shared fixtures: the p2panda-js vectors, a private `$P2PANDA_HOME` per test, and a real
 PostgreSQL (the embedded server in a temporary `$P2PANDA_HOME`, stopped at the end, or the
 server `P2PANDA_DATABASE_URL` names), in a database of the tests' own that is dropped
-after the session; each test that asks for `database_url` starts from empty schemas."""
+after the session; each test that asks for `database_url` starts from empty schemas; and
+one local Spark session for every Spark test."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psycopg
 import pytest
@@ -19,7 +21,11 @@ from p2panda_assets.store.database import DATABASE_URL_ENV, connect, ensure_sche
 from p2panda_assets.store.embedded import ensure_embedded
 from tests.postgres import embedded_home, with_database
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 DATA = Path(__file__).parent / "data"
+PRODUCT_SCHEMAS = ("p2panda", "p2panda_data", "p2panda_versions", "p2panda_api")
 
 
 @pytest.fixture(scope="session")
@@ -62,8 +68,8 @@ def session_database(server_url: str) -> Iterator[str]:
 def database_url(session_database: str, monkeypatch: pytest.MonkeyPatch) -> str:
     """An empty store, also named by P2PANDA_DATABASE_URL (for the CLI)."""
     with psycopg.connect(session_database, autocommit=True) as conn:
-        conn.execute("DROP SCHEMA IF EXISTS p2panda CASCADE")
-        conn.execute("DROP SCHEMA IF EXISTS p2panda_data CASCADE")
+        for schema in PRODUCT_SCHEMAS:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
     monkeypatch.setenv(DATABASE_URL_ENV, session_database)
     return session_database
 
@@ -73,3 +79,15 @@ def conn(database_url: str) -> Iterator[psycopg.Connection]:
     with connect(database_url, autocommit=True) as connection:
         ensure_schema(connection)
         yield connection
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """One local session (it takes seconds to start), started before Dagster's
+    PySparkResource asks for one: there is one SparkContext per JVM, so its getOrCreate
+    returns this session. Imported here, so the Spark-free suite never loads PySpark."""
+    from p2panda_assets.pipeline.spark import build_session, spark_config
+
+    session = build_session(spark_config("local[2]"))
+    yield session
+    session.stop()

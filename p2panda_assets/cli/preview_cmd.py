@@ -17,6 +17,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     preview = subparsers.add_parser("preview", help="rows a schema's table would hold")
     preview.add_argument("files", nargs="+", metavar="FILE", help="JSON lines of entries")
     preview.add_argument("--schema", required=True, metavar="SCHEMA_ID")
+    preview.add_argument(
+        "--trace", action="store_true", help="add _entry: the entry that last wrote each row"
+    )
     preview.set_defaults(run=run_preview)
 
 
@@ -38,5 +41,5 @@ def run_preview(args: argparse.Namespace) -> int:
             raise P2pandaError(why.reason, why.message)
         raise P2pandaError(Reason.AWAITING_SCHEMA, f"no schema {args.schema} in the input")
     for row in table.rows:
-        print(json.dumps(row_json(table, row), ensure_ascii=False))
+        print(json.dumps(row_json(table, row, args.trace), ensure_ascii=False))
     return 0

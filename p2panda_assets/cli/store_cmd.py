@@ -32,6 +32,10 @@ STATUS_COLUMNS = (
     "superseded",
     "pending",
     "rejected",
+    "safe",
+    "lossy",
+    "fallbacks",
+    "view",
 )
 
 
@@ -149,6 +153,9 @@ def run_status(args: argparse.Namespace) -> int:
     print(format_table(STATUS_COLUMNS, [_status_cells(row) for row in rows]))
     for line in totals_lines(totals):
         print(line)
+    for row in rows:
+        if row.view_conflict:
+            print(f"no view for {row.schema_id}: {row.view_conflict}")
     return 0
 
 
@@ -163,6 +170,10 @@ def _status_cells(row: StatusRow) -> list[str]:
         row.superseded,
         row.pending,
         row.rejected,
+        row.safe,
+        row.lossy,
+        row.fell_back,
+        row.view,
     )
     return ["-" if value is None else str(value) for value in values]
 

@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 
 from p2panda_assets.defs.partitions import schemas
 from p2panda_assets.defs.resources import PostgresResource
+from p2panda_assets.engine.compatibility import history_compatibility
 from p2panda_assets.engine.corpus import Catalog
 from p2panda_assets.engine.relations import BuildOrder
 from p2panda_assets.pipeline.columns import SYSTEM_COLUMNS_PG, column_type, pg_type
@@ -102,6 +103,15 @@ def migration_plan(context: dg.AssetExecutionContext, postgres: PostgresResource
             "rejected_versions": dg.MetadataValue.json(
                 {str(seq): str(r.reason) for seq, r in history.rejected.items()}
             ),
+            "migrations": dg.MetadataValue.json(
+                {
+                    str(seq): {
+                        "class": str(c.kind),
+                        "changes": [change.line for change in c.changes],
+                    }
+                    for seq, c in history_compatibility(history).items()
+                }
+            ),
             "lens": dg.TableSchema(
                 columns=[
                     dg.TableColumn(name, pg_type(spec.type)) for name, spec in history.lens.items()
@@ -156,6 +166,7 @@ def materialized_table(
             "version_hash": outcome.version_hash,
             "upstream_schemas": dg.MetadataValue.json(list(outcome.upstream)),
             "fallbacks": dg.MetadataValue.json(outcome.fallbacks),
+            "fell_back": sum(outcome.fallbacks.values()),
             "dagster/column_schema": dg.TableSchema(
                 columns=[dg.TableColumn(name, column_type(pg)) for name, pg in SYSTEM_COLUMNS_PG]
                 + [dg.TableColumn(name, pg_type(spec.type)) for name, spec in history.lens.items()]

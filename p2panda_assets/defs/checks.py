@@ -333,6 +333,17 @@ def table_model(
         ),
         "_version": pa.Column(T.LongType(), checks=[pa.Check.isin(alive)]),
         "_seq": pa.Column(T.DecimalType(20, 0), checks=[pa.Check.ge(1)]),
+        "_entry": pa.Column(
+            T.StringType(),
+            checks=[
+                column_check(
+                    "entry_is_hex",
+                    "the entry that last wrote a row is named by its hash in hex",
+                    lambda c: ~c.rlike(HEX_ID),
+                    findings,
+                )
+            ],
+        ),
     }
     names = {}
     for column, name, ftype in field_columns(history.lens):
@@ -361,6 +372,7 @@ SYSTEM_TYPES = {
     "_author": "text",
     "_version": "bigint",
     "_seq": "numeric(20,0)",
+    "_entry": "text",
 }
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from p2panda_assets.engine.cascade import apply_cascades
@@ -139,6 +139,12 @@ class ChainedLog:
         is_schema = bool(messages) and is_schema_message(messages[0])
         first_ref = next((m.schema for m in messages if getattr(m, "schema", None)), None)
         return LogSummary(is_schema, None if is_schema else first_ref)
+
+
+def cut_log(log: ChainedLog, version: int) -> ChainedLog:
+    """A schema log as it stood when entry `version` was its newest: the lens in time
+    that `--as-of-version` builds (the later entries had not arrived)."""
+    return replace(log, items=[item for item in log.items if item[0] <= version], accounts={})
 
 
 def chain_log(author: bytes, log_id: int, entries: Iterable[tuple[Entry, bytes]]) -> ChainedLog:
@@ -367,6 +373,7 @@ class Row:
     author: bytes
     version: int
     seq: int
+    entry: bytes  # the entry that last wrote the row: its trace to a signed item
     values: dict[str, Value]
 
 
@@ -376,6 +383,7 @@ def row_of(instance: Instance, lens: Lens) -> Row:
         instance.author,
         instance.version,
         instance.seq,
+        instance.messages[-1],
         {n: instance.values.get(n) for n in lens},
     )
 

@@ -41,6 +41,7 @@ SYSTEM_COLUMNS_PG = (
     ("_author", "text NOT NULL"),
     ("_version", "bigint NOT NULL"),
     ("_seq", "numeric(20, 0) NOT NULL"),
+    ("_entry", "text NOT NULL"),  # hash (hex) of the entry that last wrote the row
 )
 
 

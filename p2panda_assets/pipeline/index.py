@@ -50,6 +50,8 @@ from p2panda_assets.protocol.messages import (
     VersionedSchema,
     decode_message,
 )
+from p2panda_assets.store.catalog import load_catalog, registered_schemas
+from p2panda_assets.store.catalog import stored_catalog as stored_catalog  # re-exported
 
 INDEX_LOCK = 0x70326E64  # advisory lock: one index step at a time
 
@@ -258,41 +260,6 @@ def summary_of(row: dict[str, Any]) -> tuple[LogKey, LogSummary]:
     """A collected `log` row back as (log key, summary)."""
     ref = ref_from_columns(row["ref_schema_id"], row["ref_version"], row["ref_hash"])
     return (bytes(row["author"]), int(row["log_id"])), LogSummary(bool(row["is_schema"]), ref)
-
-
-# --- the catalog ------------------------------------------------------------------------
-
-
-def load_catalog(
-    conn: psycopg.Connection, schema_logs: list[LogKey], registered: set[str]
-) -> Catalog:
-    """Fold the schema logs (small) in the driver, from the verified entries."""
-    chained = []
-    for author, log_id in schema_logs:
-        rows = conn.execute(
-            "SELECT entry, payload FROM p2panda.entries"
-            " WHERE verdict = 'ok' AND author = %s AND log_id = %s",
-            (author, log_id),
-        ).fetchall()
-        chained.append(
-            chain_log(author, log_id, [(decode_entry(bytes(e)), bytes(p)) for e, p in rows])
-        )
-    return Catalog.build(chained, registered)
-
-
-def registered_schemas(conn: psycopg.Connection) -> set[str]:
-    return {row[0] for row in conn.execute("SELECT schema_id FROM p2panda.schemas")}
-
-
-def stored_catalog(conn: psycopg.Connection) -> Catalog:
-    """The catalog as of the last index step (schema logs as the logs table lists them)."""
-    keys = [
-        (bytes(author), int(log_id))
-        for author, log_id in conn.execute(
-            "SELECT author, log_id FROM p2panda.logs WHERE is_schema"
-        )
-    ]
-    return load_catalog(conn, keys, registered_schemas(conn))
 
 
 @dataclass(frozen=True, slots=True)

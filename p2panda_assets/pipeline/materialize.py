@@ -1,7 +1,10 @@
 """Materializing one schema: its instance logs reduced in Spark partitions by the
 engine's `reduce_instance_log`, cascades applied as a fixpoint of joins, and the table,
-its accounts, its deleted set and its registry row replaced in one transaction (readers
-see the old table or the new one, never half of one).
+its accounts, its deleted set, its registry row and the views by name replaced in one
+transaction (readers see the old table or the new one, never half of one).
+
+The same steps build a lens in time (`as_of`): the table as it was at an older version
+of the schema, beside the current one, from the same immutable messages.
 """
 
 from __future__ import annotations
@@ -14,11 +17,13 @@ from decimal import Decimal
 import pandas as pd
 import psycopg
 from psycopg import sql
+from psycopg.types.json import Jsonb
 from pyspark.broadcast import Broadcast
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from p2panda_assets.engine.compatibility import history_compatibility
 from p2panda_assets.engine.corpus import (
     Catalog,
     applied_if_live,
@@ -42,7 +47,8 @@ from p2panda_assets.pipeline.index import UPSERT_ACCOUNTS, account_rows
 from p2panda_assets.pipeline.jdbc import Jdbc, append, read_query, require_autocommit
 from p2panda_assets.protocol.fieldtypes import FieldType
 from p2panda_assets.protocol.log import Rejection
-from p2panda_assets.store.registry import table_name_for
+from p2panda_assets.store.registry import table_name_for, version_table_name_for
+from p2panda_assets.store.views import create_views, drop_views
 
 SCHEMA_ID = re.compile(r"^[0-9a-f]{64}-[0-9]{1,20}$")
 
@@ -139,11 +145,18 @@ def materialize_schema(
     catalog: Catalog,
     order: BuildOrder,
     decoded: DataFrame | None,
+    as_of: int | None = None,
 ) -> Outcome:
-    """Materialize `schema_id` from its decoded messages (`decoded.decode_schema`)."""
+    """Materialize `schema_id` from its decoded messages (`decoded.decode_schema`).
+
+    With `as_of`, `catalog` holds the schema's log cut at that version
+    (`index.stored_catalog(conn, cut=...)`), and the table goes to `p2panda_versions`;
+    the current table, its accounts, deleted set and registry row stay as they are."""
     require_autocommit(conn)
     schema_id = checked_schema_id(schema_id)
-    table_name = table_name_for(schema_id)
+    table_name = (
+        table_name_for(schema_id) if as_of is None else version_table_name_for(schema_id, as_of)
+    )
     upstream = order.upstream.get(schema_id, ())
     why = _why_waiting(conn, catalog, order, schema_id, upstream)
     if why is not None:
@@ -151,7 +164,11 @@ def materialize_schema(
             schema_id, "waiting", f"{why.reason}: {why.message}", table_name=table_name
         )
         _versions(outcome, catalog)
-        _update_registry(conn, outcome, catalog)
+        if as_of is None:
+            with conn.transaction():
+                drop_views(conn)
+                _update_registry(conn, outcome, catalog)
+                create_views(conn)
         return outcome
     assert decoded is not None, "a schema in the build order has decoded messages"
     history = catalog.histories[schema_id]
@@ -173,14 +190,20 @@ def materialize_schema(
     _versions(outcome, catalog)
     staged = _Staged()
     try:
-        _stage_accounts(conn, jdbc, staged, schema_id, reduced, flagged)
-        staged.deleted = _stage(conn, "p2panda", "instance_id bytea")
-        append(
-            deleted.select(F.col("hash").alias("instance_id")), jdbc, staged.name(conn, "deleted")
-        )
+        if as_of is None:
+            _stage_accounts(conn, jdbc, staged, schema_id, reduced, flagged)
+            staged.deleted = _stage(conn, "p2panda", "instance_id bytea")
+            append(
+                deleted.select(F.col("hash").alias("instance_id")),
+                jdbc,
+                staged.name(conn, "deleted"),
+            )
         if history.lens:
             _stage_rows(conn, jdbc, staged, history.lens, flagged, outcome)
-        _swap(conn, outcome, catalog, staged, field_columns(history.lens))
+        if as_of is None:
+            _swap(conn, outcome, catalog, staged, field_columns(history.lens))
+        else:
+            _swap_version(conn, outcome, staged, field_columns(history.lens))
     except BaseException:
         _drop(conn, staged)  # a failed run leaves the previous table and no litter
         raise
@@ -299,13 +322,14 @@ def _stage_rows(
     definitions = [f"{n} {t}" for n, t in SYSTEM_COLUMNS_PG] + [
         f"{c} {pg_type(f)}" for c, _, f in columns
     ]
-    staged.table = _stage(conn, "p2panda_data", ", ".join(definitions))
+    staged.table = _stage(conn, outcome.table_name.split(".")[0], ", ".join(definitions))
     live = flagged.filter("live")
     rows = live.select(
         F.lower(F.hex("hash")).alias("_instance_id"),
         F.lower(F.hex("author")).alias("_author"),
         F.col("version").alias("_version"),
         F.col("seq").alias("_seq"),
+        F.lower(F.hex(F.element_at("messages", -1))).alias("_entry"),
         *[c for c, _, _ in columns],
     )
     append(rows, jdbc, staged.name(conn, "table"))
@@ -404,21 +428,11 @@ def _swap(
     staged: _Staged,
     columns: list[tuple[str, str, FieldType]],
 ) -> None:
-    """Replace the table, the schema's instance accounts, its deleted set and its
-    registry row in one transaction: readers see the old table or the new one."""
-    target_schema, target_name = outcome.table_name.split(".")
-    target = sql.Identifier(target_schema, target_name)
+    """Replace the table, the schema's instance accounts, its deleted set, its registry
+    row and the views in one transaction: readers see the old table or the new one."""
     with conn.transaction():
-        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(target))
-        if staged.table is not None:
-            conn.execute(sql.SQL("ALTER TABLE {} SET LOGGED").format(staged.table))
-            rename = sql.SQL("ALTER TABLE {} RENAME TO {}")
-            conn.execute(rename.format(staged.table, sql.Identifier(target_name)))
-            for column, name, _ in columns:
-                rename_column = sql.SQL("ALTER TABLE {} RENAME COLUMN {} TO {}")
-                conn.execute(
-                    rename_column.format(target, sql.Identifier(column), sql.Identifier(name))
-                )
+        drop_views(conn)  # they depend on the table
+        _replace_table(conn, outcome.table_name, staged, columns)
         conn.execute(
             "DELETE FROM p2panda.accounts WHERE origin = 'instance' AND schema_id = %s",
             (outcome.schema_id,),
@@ -441,27 +455,106 @@ def _swap(
         )
         conn.execute(sql.SQL("DROP TABLE {}, {}").format(staged.accounts, staged.deleted))
         _update_registry(conn, outcome, catalog)
+        create_views(conn)
+
+
+def _swap_version(
+    conn: psycopg.Connection,
+    outcome: Outcome,
+    staged: _Staged,
+    columns: list[tuple[str, str, FieldType]],
+) -> None:
+    """Replace the version table and its row in `p2panda.schema_versions` (none when the
+    version has no field, so no table), and the views, in one transaction."""
+    assert outcome.version is not None and outcome.version_hash is not None
+    with conn.transaction():
+        drop_views(conn)
+        _replace_table(conn, outcome.table_name, staged, columns)
+        if staged.table is None:
+            conn.execute(
+                "DELETE FROM p2panda.schema_versions WHERE schema_id = %s AND version = %s",
+                (outcome.schema_id, outcome.version),
+            )
+        else:
+            conn.execute(
+                """
+                INSERT INTO p2panda.schema_versions
+                    (schema_id, version, version_hash, table_name, rows)
+                VALUES (%s, %s, %s, %s, %s)
+                ON CONFLICT (schema_id, version) DO UPDATE
+                    SET version_hash = EXCLUDED.version_hash, rows = EXCLUDED.rows,
+                        materialized_at = now()
+                """,
+                (
+                    outcome.schema_id,
+                    outcome.version,
+                    outcome.version_hash,
+                    outcome.table_name,
+                    outcome.rows,
+                ),
+            )
+        create_views(conn)
+
+
+def _replace_table(
+    conn: psycopg.Connection,
+    table_name: str,
+    staged: _Staged,
+    columns: list[tuple[str, str, FieldType]],
+) -> None:
+    """Drop the table, then rename the staging table (in the same schema) into its place,
+    its field columns to the field names. In the caller's transaction."""
+    target_schema, target_name = table_name.split(".")
+    target = sql.Identifier(target_schema, target_name)
+    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(target))
+    if staged.table is None:
+        return
+    conn.execute(sql.SQL("ALTER TABLE {} SET LOGGED").format(staged.table))
+    rename = sql.SQL("ALTER TABLE {} RENAME TO {}")
+    conn.execute(rename.format(staged.table, sql.Identifier(target_name)))
+    for column, name, _ in columns:
+        rename_column = sql.SQL("ALTER TABLE {} RENAME COLUMN {} TO {}")
+        conn.execute(rename_column.format(target, sql.Identifier(column), sql.Identifier(name)))
 
 
 def _update_registry(conn: psycopg.Connection, outcome: Outcome, catalog: Catalog) -> None:
+    """The registry row says what the schema's table holds: written in the swap's
+    transaction, so the database knows its own versions, also when restored from a
+    backup. A schema that waits keeps the version, rows and fallbacks of the table it
+    still has."""
     history = catalog.histories.get(outcome.schema_id)
+    meta = history.latest.meta if history and history.latest else None
+    classes = history_compatibility(history) if history else {}
     conn.execute(
         """
-        UPDATE p2panda.schemas SET name = %s, version = %s, version_hash = %s, table_name = %s,
-          status = %s, status_message = %s, rows = %s, upstream = %s,
-          materialized_at = CASE WHEN %s = 'waiting' THEN materialized_at ELSE now() END
+        UPDATE p2panda.schemas SET name = %s, description = %s, migrations = %s,
+          table_name = %s, status = %s, status_message = %s, upstream = %s
         WHERE schema_id = %s
         """,
         (
             history.name if history else None,
-            outcome.version,
-            outcome.version_hash,
+            meta.description if meta else None,
+            Jsonb({str(seq): str(c.kind) for seq, c in classes.items()}),
             outcome.table_name,
             outcome.status,
             outcome.message or None,
-            outcome.rows,
             list(outcome.upstream),
-            outcome.status,
+            outcome.schema_id,
+        ),
+    )
+    if outcome.status == "waiting":
+        return
+    conn.execute(
+        """
+        UPDATE p2panda.schemas SET version = %s, version_hash = %s, rows = %s, fallbacks = %s,
+          materialized_at = now()
+        WHERE schema_id = %s
+        """,
+        (
+            outcome.version,
+            outcome.version_hash,
+            outcome.rows,
+            Jsonb(outcome.fallbacks),
             outcome.schema_id,
         ),
     )

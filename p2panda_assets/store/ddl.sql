@@ -95,3 +95,31 @@ CREATE TABLE IF NOT EXISTS p2panda.index_state (
     id          integer PRIMARY KEY CHECK (id = 1),
     fingerprint text NOT NULL
 );
+
+-- Added after the first release: registry columns for views by name, the schema's
+-- description (their comment), and how lossy its migrations were.
+ALTER TABLE p2panda.schemas ADD COLUMN IF NOT EXISTS description text;
+ALTER TABLE p2panda.schemas ADD COLUMN IF NOT EXISTS view_name text;      -- in p2panda_api
+ALTER TABLE p2panda.schemas ADD COLUMN IF NOT EXISTS view_conflict text;  -- why no view
+-- {"<version>": "safe" | "lossy"} for every migration version of the schema log
+ALTER TABLE p2panda.schemas ADD COLUMN IF NOT EXISTS migrations jsonb NOT NULL DEFAULT '{}';
+-- {"<field>": rows whose value fell back to the field's default}
+ALTER TABLE p2panda.schemas ADD COLUMN IF NOT EXISTS fallbacks jsonb NOT NULL DEFAULT '{}';
+
+-- Lenses in time: tables built by `panda materialize --as-of-version N`, as the schema's
+-- table was at version N (in schema p2panda_versions), beside the current one.
+CREATE SCHEMA IF NOT EXISTS p2panda_versions;
+CREATE TABLE IF NOT EXISTS p2panda.schema_versions (
+    schema_id       text NOT NULL REFERENCES p2panda.schemas (schema_id),
+    version         bigint NOT NULL,
+    version_hash    text NOT NULL,
+    table_name      text NOT NULL UNIQUE,
+    rows            bigint NOT NULL,
+    view_name       text,          -- in p2panda_api: "<name>@<version>"
+    materialized_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (schema_id, version)
+);
+
+-- Views named after registered names (and "<name>@<version>" for the tables above),
+-- for tools that generate APIs from PostgreSQL; derived from the registry (views.py).
+CREATE SCHEMA IF NOT EXISTS p2panda_api;

@@ -17,12 +17,15 @@ from psycopg import sql
 from psycopg.rows import class_row
 
 from p2panda_assets.errors import P2pandaError, Reason
+from p2panda_assets.store.views import create_views, drop_views
 
 DATA_SCHEMA = "p2panda_data"
 AUTHOR_SIZE = 32
 MAX_LOG_ID = 2**64 - 1
 MAX_NAME = 64
 TABLE_AUTHOR_CHARS = 32  # 128 bits of the author key: unique in practice, and it fits
+VERSIONS_SCHEMA = "p2panda_versions"
+VERSION_AUTHOR_CHARS = 16  # 64 bits, so that "_v<version>" fits in 63 bytes too
 _SCHEMA_ID = re.compile(r"([0-9a-f]{64})-(0|[1-9][0-9]{0,19})")
 
 
@@ -50,6 +53,15 @@ class RegistryRow:
     upstream: list[str]
     registered_at: datetime
     materialized_at: datetime | None
+    description: str | None
+    view_name: str | None  # its view in p2panda_api, if it has one
+    view_conflict: str | None  # why it has none
+    migrations: dict[str, str]  # version -> compatibility class of that migration
+    fallbacks: dict[str, int]  # field -> rows whose value fell back to the default
+
+    @property
+    def shown_name(self) -> str | None:
+        return self.registered_name or self.name
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +78,11 @@ class StatusRow:
     pending: int
     rejected: int
     stored: int  # entries of the store attributed to this schema (accounts rows)
+    safe: int  # migrations of its log no value can fall back in
+    lossy: int  # migrations of its log some value may fall back in
+    fell_back: int  # values of its table that fell back to their field's default
+    view: str | None  # its view in p2panda_api
+    view_conflict: str | None  # why it has none
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +121,15 @@ def table_name_for(schema_id: str) -> str:
     return f"{DATA_SCHEMA}.s_{author.hex()[:TABLE_AUTHOR_CHARS]}_{log_id}"
 
 
+def version_table_name_for(schema_id: str, version: int) -> str:
+    """`p2panda_versions.s_<first 16 hex digits of the author>_<log id>_v<version>`: the
+    table `--as-of-version` builds, at most 61 bytes. (A 64-bit author prefix shared by
+    two registered schemas is refused at registration, as `table_name_for`'s is.)"""
+    author, log_id = parse_schema_id(schema_id)
+    _check_log_id(version)
+    return f"{VERSIONS_SCHEMA}.s_{author.hex()[:VERSION_AUTHOR_CHARS]}_{log_id}_v{version}"
+
+
 def table_identifier(table_name: str) -> sql.Identifier:
     """A schema-qualified table name from the registry as an identifier for composition."""
     schema, _, table = table_name.partition(".")
@@ -133,6 +159,8 @@ def register(
             """,
             (schema_id, author, log_id, name, table_name),
         ).fetchone()
+        drop_views(conn)  # a name given or changed may claim or free a view
+        create_views(conn)
     assert row is not None
     return Registration(schema_id, table_name, row[0], row[1])
 
@@ -158,7 +186,14 @@ def status_rows(conn: psycopg.Connection) -> list[StatusRow]:
                    count(a.hash) FILTER (WHERE a.state = 'superseded') AS superseded,
                    count(a.hash) FILTER (WHERE a.state = 'pending') AS pending,
                    count(a.hash) FILTER (WHERE a.state = 'rejected') AS rejected,
-                   count(a.hash) AS stored
+                   count(a.hash) AS stored,
+                   (SELECT count(*) FROM jsonb_each_text(s.migrations) m
+                    WHERE m.value = 'safe') AS safe,
+                   (SELECT count(*) FROM jsonb_each_text(s.migrations) m
+                    WHERE m.value = 'lossy') AS lossy,
+                   (SELECT coalesce(sum(f.value::bigint), 0)
+                    FROM jsonb_each_text(s.fallbacks) f) AS fell_back,
+                   s.view_name AS view, s.view_conflict
             FROM p2panda.schemas s
             LEFT JOIN p2panda.accounts a ON a.schema_id = s.schema_id
             GROUP BY s.schema_id
@@ -188,11 +223,19 @@ def store_totals(conn: psycopg.Connection) -> StoreTotals:
 
 
 def _refuse_table_name_collision(conn: psycopg.Connection, schema_id: str, table: str) -> None:
-    """Two authors sharing the first 128 bits of their keys would share a table name:
-    never by chance, so only by an attack; refuse rather than mix two schemas' rows."""
+    """Two authors sharing the first 128 bits of their keys would share a table name
+    (64 bits: a version table name): never by chance, so only by an attack; refuse
+    rather than mix two schemas' rows."""
     other = conn.execute(
-        "SELECT schema_id FROM p2panda.schemas WHERE table_name = %s AND schema_id <> %s",
-        (table, schema_id),
+        "SELECT schema_id FROM p2panda.schemas WHERE schema_id <> %s"
+        " AND (table_name = %s OR (log_id = %s AND substr(encode(author, 'hex'), 1, %s) = %s))",
+        (
+            schema_id,
+            table,
+            parse_schema_id(schema_id)[1],
+            VERSION_AUTHOR_CHARS,
+            schema_id[:VERSION_AUTHOR_CHARS],
+        ),
     ).fetchone()
     if other is not None:
         raise P2pandaError(

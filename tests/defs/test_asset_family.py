@@ -39,6 +39,7 @@ SYSTEM_COLUMNS = [  # as PostgreSQL declares them (SPEC section 4)
     ("_author", "text"),
     ("_version", "bigint"),
     ("_seq", "numeric(20, 0)"),
+    ("_entry", "text"),
 ]
 
 
@@ -198,7 +199,7 @@ def test_related_schemas_materialize_upstream_first_as_the_engine_reduces_them(
             assert meta["upstream_schemas"] == upstream
             columns = meta["dagster/column_schema"].columns
             assert [c.name for c in columns] == table_columns(store, schema_id)
-            assert [(c.name, c.type) for c in columns[:4]] == SYSTEM_COLUMNS
+            assert [(c.name, c.type) for c in columns[:5]] == SYSTEM_COLUMNS
         for schema in (relations.profile, relations.mail):
             table = latest_metadata(instance, "materialized_table", schema.schema_id)
             assert table["version"] == schema.version

@@ -39,7 +39,16 @@ def engine_tables(corpus: Corpus) -> dict[str, list[tuple]]:
         rows = []
         for row in table.rows:
             values = [normal(row.values[name]) for name in table.history.lens]
-            rows.append((row.instance_id.hex(), row.author.hex(), row.version, row.seq, *values))
+            rows.append(
+                (
+                    row.instance_id.hex(),
+                    row.author.hex(),
+                    row.version,
+                    row.seq,
+                    row.entry.hex(),
+                    *values,
+                )
+            )
         tables[schema_id] = rows
     return tables
 

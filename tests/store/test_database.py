@@ -15,7 +15,14 @@ from p2panda_assets.store.database import (
     jdbc_options,
 )
 
-TABLES = {"entries", "message_index", "schemas", "accounts", "deleted_instances"}
+TABLES = {
+    "entries",
+    "message_index",
+    "schemas",
+    "accounts",
+    "deleted_instances",
+    "schema_versions",
+}
 
 
 def tables(conn) -> set[str]:
@@ -35,7 +42,12 @@ def test_ensure_schema_creates_the_tables_and_is_idempotent(database_url: str) -
         schemas = conn.execute(
             "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'p2panda%'"
         ).fetchall()
-        assert {row[0] for row in schemas} == {"p2panda", "p2panda_data"}
+        assert {row[0] for row in schemas} == {
+            "p2panda",
+            "p2panda_data",
+            "p2panda_versions",
+            "p2panda_api",
+        }
 
 
 @pytest.mark.postgres

@@ -94,7 +94,9 @@ def test_status_shows_registered_schemas_and_unprocessed_entries(
     header, line, unprocessed = out.splitlines()
     assert header.split() == [
         "schema", "id", "name", "version", "status", "rows",
-        "applied", "superseded", "pending", "rejected",
+        "applied", "superseded", "pending", "rejected", "safe", "lossy", "fallbacks", "view",
     ]  # fmt: skip
-    assert line.split() == [f"{author}-12", "slothmail", "-", "registered", "-", "0", "0", "0", "0"]
+    assert line.split() == [
+        f"{author}-12", "slothmail", "-", "registered", "-", "0", "0", "0", "0", "0", "0", "0", "-",
+    ]  # fmt: skip
     assert unprocessed == "unprocessed: 5 entries not yet accounted for (pending)"

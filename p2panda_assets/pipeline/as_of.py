@@ -1,0 +1,45 @@
+"""A lens in time: a schema's table as it was at an older version, built beside the
+current one from the same immutable messages (`panda materialize --as-of-version N`).
+
+"As it was at version N" means: the schema's log cut at entry N, every instance log as
+the store holds it. Messages naming a later version wait (the version had not arrived),
+exactly as `panda preview` computes for the log cut at N.
+"""
+
+from __future__ import annotations
+
+import psycopg
+from pyspark.sql import SparkSession
+
+from p2panda_assets.errors import P2pandaError, Reason
+from p2panda_assets.pipeline.decoded import decode_schema
+from p2panda_assets.pipeline.index import run_index
+from p2panda_assets.pipeline.jdbc import Jdbc
+from p2panda_assets.pipeline.materialize import Outcome, checked_schema_id, materialize_schema
+from p2panda_assets.store.catalog import stored_catalog
+
+
+def materialize_as_of(
+    spark: SparkSession, conn: psycopg.Connection, jdbc: Jdbc, schema_id: str, version: int
+) -> Outcome:
+    """Build `p2panda_versions.<table>_v<version>` for a registered schema."""
+    schema_id = checked_schema_id(schema_id)
+    run_index(spark, conn, jdbc)
+    catalog = stored_catalog(conn, cut={schema_id: version})
+    if schema_id not in (catalog.registered or set()):
+        raise P2pandaError(Reason.AWAITING_SCHEMA, f"schema {schema_id} is not registered")
+    history = catalog.histories.get(schema_id)
+    held = max(history.entry_hashes, default=0) if history else 0
+    if history is None or version not in history.entry_hashes:
+        raise P2pandaError(
+            Reason.AWAITING_VERSION,
+            f"the store holds the schema log of {schema_id} up to version {held}, not {version}",
+        )
+    if version in history.rejected:
+        rejection = history.rejected[version]
+        raise P2pandaError(
+            Reason.REJECTED_VERSION, f"version {version} was rejected ({rejection.reason})"
+        )
+    order = catalog.order()
+    decoded = decode_schema(spark, jdbc, schema_id) if schema_id in order.order else None
+    return materialize_schema(spark, conn, jdbc, schema_id, catalog, order, decoded, as_of=version)
