@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from p2panda_assets.cli import (
+    check_cmd,
     demo_cmd,
     entry_cmd,
     key_cmd,
@@ -33,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
         preview_cmd,
         store_cmd,
         materialize_cmd,
+        check_cmd,
         demo_cmd,
     ):
         module.register(subparsers)

@@ -1,0 +1,163 @@
+"""`check` and `ensure` for applications: does the database hold version N of a schema?
+
+After Mentat's vocabulary check (the Datomish proposal in the seeds): an application
+states the schema and version it was written against, and the database answers from
+what it holds itself, the registry row written in the same transaction as the table, so
+the answer is right also after a restore from an older backup:
+
+- `present`: the table holds exactly that version;
+- `not-present`: no registered schema by that name or id, or its table was never built;
+- `needs-update`: the table holds an older version;
+- `too-new`: the table holds a later version (the application is the older party);
+- `conflicting`: the name is shared by two registered schemas, or the version is not
+  the one the application knows (reverted, rejected, or another entry hash).
+
+`ensure` materializes what is missing (registering a schema named by its id) and checks
+again; it never downgrades: a `too-new` table stays as it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+
+import psycopg
+
+from p2panda_assets.engine.schema_log import SchemaHistory
+from p2panda_assets.errors import P2pandaError
+from p2panda_assets.store.catalog import load_catalog
+from p2panda_assets.store.registry import RegistryRow, parse_schema_id, registered_schemas
+
+
+class Presence(StrEnum):
+    PRESENT = "present"
+    NOT_PRESENT = "not-present"
+    NEEDS_UPDATE = "needs-update"
+    TOO_NEW = "too-new"
+    CONFLICTING = "conflicting"
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    schema: str  # as the application named it
+    schema_id: str | None  # None when the name resolves to no single schema
+    version: int  # wanted
+    outcome: Presence
+    held: int | None  # the version the table holds
+    message: str
+    changed: bool = False  # `ensure` materialized something
+
+    def as_json(self) -> dict[str, object]:
+        return {**asdict(self), "outcome": str(self.outcome)}
+
+
+def check(
+    conn: psycopg.Connection, schema: str, version: int, version_hash: str | None = None
+) -> CheckResult:
+    """Where the database stands on `version` of `schema` (a schema id, or a name: the
+    registered name, else the name in the schema's meta message)."""
+    rows = _named(registered_schemas(conn), schema)
+    if not rows:
+        return CheckResult(
+            schema, None, version, Presence.NOT_PRESENT, None, f"no registered schema {schema}"
+        )
+    if len(rows) > 1:
+        ids = ", ".join(row.schema_id for row in rows)
+        return CheckResult(
+            schema,
+            None,
+            version,
+            Presence.CONFLICTING,
+            None,
+            f"{len(rows)} registered schemas are named {schema!r} ({ids}): register one"
+            " with --name",
+        )
+    row = rows[0]
+
+    def result(outcome: Presence, message: str) -> CheckResult:
+        return CheckResult(schema, row.schema_id, version, outcome, row.version, message)
+
+    disowned = _disowned(_history(conn, row), version, version_hash)
+    if disowned is not None:
+        return result(Presence.CONFLICTING, disowned)
+    if row.version is None:
+        return result(Presence.NOT_PRESENT, f"{row.schema_id} is {row.status}, not built")
+    if row.version == version:
+        return result(Presence.PRESENT, f"{row.table_name} holds version {version}")
+    if row.version < version:
+        return result(
+            Presence.NEEDS_UPDATE, f"{row.table_name} holds version {row.version}, not {version}"
+        )
+    return result(
+        Presence.TOO_NEW, f"{row.table_name} holds version {row.version}, later than {version}"
+    )
+
+
+def ensure(schema: str, version: int, version_hash: str | None = None) -> CheckResult:
+    """`check`, and if the table is missing or older, materialize it (through Dagster,
+    as `panda materialize` does) and check again. Never downgrades."""
+    from p2panda_assets.orchestration import add_partition, materialize, prepare_environment
+    from p2panda_assets.store.database import connect, ensure_schema
+    from p2panda_assets.store.registry import register
+
+    prepare_environment()
+    with connect(autocommit=True) as conn:
+        ensure_schema(conn)
+        before = check(conn, schema, version, version_hash)
+        if before.outcome not in (Presence.NOT_PRESENT, Presence.NEEDS_UPDATE):
+            return before
+        schema_id = before.schema_id
+        if schema_id is None:
+            schema_id = _schema_id_or_none(schema)
+            if schema_id is None:
+                return before  # a name nobody registered: nothing to build
+            author, log_id = parse_schema_id(schema_id)
+            register(conn, author, log_id, None)
+            add_partition(schema_id)
+    materialize([schema_id])
+    with connect(autocommit=True) as conn:
+        after = check(conn, schema, version, version_hash)
+    if after.outcome is Presence.NEEDS_UPDATE:
+        after = _with_message(after, f"{after.message}: version {version} is not in the store")
+    return _changed(after)
+
+
+def _named(rows: list[RegistryRow], schema: str) -> list[RegistryRow]:
+    if _schema_id_or_none(schema) is not None:
+        return [row for row in rows if row.schema_id == schema]
+    return [row for row in rows if row.shown_name == schema]
+
+
+def _schema_id_or_none(text: str) -> str | None:
+    try:
+        parse_schema_id(text)
+    except P2pandaError:
+        return None
+    return text
+
+
+def _history(conn: psycopg.Connection, row: RegistryRow) -> SchemaHistory | None:
+    catalog = load_catalog(conn, [(row.author, row.log_id)], {row.schema_id})
+    return catalog.histories.get(row.schema_id)
+
+
+def _disowned(history: SchemaHistory | None, version: int, version_hash: str | None) -> str | None:
+    """Why the store's schema log does not have the version the application knows."""
+    if history is None:
+        return None
+    if version in history.rejected:
+        return f"version {version} was rejected ({history.rejected[version].reason})"
+    if version in history.dead:
+        return f"version {version} was reverted"
+    stored = history.entry_hashes.get(version)
+    if version_hash is not None and stored is not None and stored.hex() != version_hash.lower():
+        return f"version {version} is entry {stored.hex()}, not {version_hash}"
+    return None
+
+
+def _with_message(result: CheckResult, message: str) -> CheckResult:
+    return CheckResult(**{**asdict(result), "message": message})
+
+
+def _changed(result: CheckResult) -> CheckResult:
+    return CheckResult(**{**asdict(result), "changed": True})
