@@ -16,4 +16,7 @@ defs = dg.Definitions(
     jobs=[materialize_schema_job, materialize_as_of_version],
     sensors=sensors,
     resources=default_resources(),
+    # Also for the jobs Dagster builds itself (a backfill launched from the UI): every
+    # step in one process shares one Spark session instead of starting a JVM per step.
+    executor=dg.in_process_executor,
 )
