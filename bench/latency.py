@@ -39,6 +39,18 @@ def panda(*argv: str) -> str:
     return out.getvalue().strip()
 
 
+def stop_process_group(process: subprocess.Popen) -> None:
+    """SIGTERM to the process group, then SIGKILL what is left: the daemon's and the
+    webserver's code servers ignore SIGTERM and would outlive them."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=30)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=30)
+
+
 class DaemonScenario:
     """A home with a running daemon; `publish_and_wait` measures one entry's latency."""
 
@@ -69,15 +81,8 @@ class DaemonScenario:
     def stop_daemon(self) -> None:
         """Stop the daemon gracefully, then kill what it started in its process group
         (its code server ignores SIGTERM and would outlive it)."""
-        if self.daemon is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.daemon.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.daemon.wait(timeout=30)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.daemon.pid, signal.SIGKILL)
-        self.daemon.wait(timeout=30)
+        if self.daemon is not None:
+            stop_process_group(self.daemon)
 
     def author_schema(self) -> None:
         panda("key", "new")

@@ -309,40 +309,19 @@ def table_model(
     latest = history.latest.seq if history.latest else 0
     alive = sorted(set(history.versions) - history.dead)
     columns: dict[str, pa.Column] = {
-        "_instance_id": pa.Column(
-            T.StringType(),
-            checks=[
-                column_check(
-                    "instance_id_is_hex",
-                    "instance ids are entry hashes in hex",
-                    lambda c: ~c.rlike(HEX_ID),
-                    findings,
-                )
-            ],
+        "_instance_id": _hex_column(
+            "instance_id_is_hex", "instance ids are entry hashes in hex", HEX_ID, findings
         ),
-        "_author": pa.Column(
-            T.StringType(),
-            checks=[
-                column_check(
-                    "author_is_hex",
-                    "authors are 32-byte keys in hex",
-                    lambda c: ~c.rlike(HEX_AUTHOR),
-                    findings,
-                )
-            ],
+        "_author": _hex_column(
+            "author_is_hex", "authors are 32-byte keys in hex", HEX_AUTHOR, findings
         ),
         "_version": pa.Column(T.LongType(), checks=[pa.Check.isin(alive)]),
         "_seq": pa.Column(T.DecimalType(20, 0), checks=[pa.Check.ge(1)]),
-        "_entry": pa.Column(
-            T.StringType(),
-            checks=[
-                column_check(
-                    "entry_is_hex",
-                    "the entry that last wrote a row is named by its hash in hex",
-                    lambda c: ~c.rlike(HEX_ID),
-                    findings,
-                )
-            ],
+        "_entry": _hex_column(
+            "entry_is_hex",
+            "the entry that last wrote a row is named by its hash in hex",
+            HEX_ID,
+            findings,
         ),
     }
     names = {}
@@ -356,6 +335,14 @@ def table_model(
         columns, unique=["_instance_id"], strict=True, name=f"table {plan.schema_id}"
     )
     return model, names
+
+
+def _hex_column(name: str, description: str, pattern: str, findings: Findings) -> pa.Column:
+    """A text column whose every value must match `pattern` (hex of a fixed size)."""
+    return pa.Column(
+        T.StringType(),
+        checks=[column_check(name, description, lambda c: ~c.rlike(pattern), findings)],
+    )
 
 
 def _history(plan: MigrationPlan) -> SchemaHistory:

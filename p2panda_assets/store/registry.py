@@ -17,7 +17,7 @@ from psycopg import sql
 from psycopg.rows import class_row
 
 from p2panda_assets.errors import P2pandaError, Reason
-from p2panda_assets.store.views import create_views, drop_views
+from p2panda_assets.store.views import create_views, drop_views, lock_views
 
 DATA_SCHEMA = "p2panda_data"
 AUTHOR_SIZE = 32
@@ -146,6 +146,7 @@ def register(
         _check_name(name)
     table_name = table_name_for(schema_id)
     with conn.transaction():
+        lock_views(conn)  # before the registry row, as every view refresh takes them
         _refuse_table_name_collision(conn, schema_id, table_name)
         row = conn.execute(
             """

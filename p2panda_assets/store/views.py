@@ -24,6 +24,7 @@ from psycopg import sql
 
 API_SCHEMA = "p2panda_api"
 MAX_IDENTIFIER = 63  # bytes: PostgreSQL's NAMEDATALEN - 1
+VIEWS_LOCK_KEY = 0x7032_7061_6E64_6176  # "p2pandav": an advisory lock of the product's
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,8 +39,16 @@ class _Claim:
     comment: str | None
 
 
+def lock_views(conn: psycopg.Connection) -> None:
+    """Serialize view refreshes (two swaps at once would each drop, then create, the same
+    views). Taken first in the transaction, before any registry row, so that a refresh
+    and a registration cannot wait on each other's locks. Held until commit."""
+    conn.execute("SELECT pg_advisory_xact_lock(%s)", (VIEWS_LOCK_KEY,))
+
+
 def drop_views(conn: psycopg.Connection) -> None:
     """Drop every view of `p2panda_api` (the registry's own; derived, so always rebuilt)."""
+    lock_views(conn)
     rows = conn.execute(
         "SELECT viewname FROM pg_views WHERE schemaname = %s", (API_SCHEMA,)
     ).fetchall()

@@ -23,7 +23,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -39,7 +38,7 @@ import dagster as dg
 import pytest
 from psycopg import sql
 
-from bench.latency import ROOT, DaemonScenario, panda, scenario
+from bench.latency import ROOT, DaemonScenario, panda, scenario, stop_process_group
 from p2panda_assets.engine.builder import CorpusBuilder, create_field, instances
 from p2panda_assets.engine.corpus import Corpus, reduce_corpus
 from p2panda_assets.engine.values import to_json
@@ -238,14 +237,7 @@ class Webserver:
         return self.log_path.read_text(errors="replace")[-3000:]
 
     def stop(self) -> None:
-        """SIGTERM to the group, then SIGKILL what is left (its code server)."""
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(timeout=30)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=30)
+        stop_process_group(self.process)
 
 
 @contextlib.contextmanager
