@@ -18,7 +18,7 @@ again; it never downgrades: a `too-new` table stays as it is.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 
 import psycopg
@@ -118,8 +118,8 @@ def ensure(schema: str, version: int, version_hash: str | None = None) -> CheckR
     with connect(autocommit=True) as conn:
         after = check(conn, schema, version, version_hash)
     if after.outcome is Presence.NEEDS_UPDATE:
-        after = _with_message(after, f"{after.message}: version {version} is not in the store")
-    return _changed(after)
+        after = replace(after, message=f"{after.message}: version {version} is not in the store")
+    return replace(after, changed=True)
 
 
 def _named(rows: list[RegistryRow], schema: str) -> list[RegistryRow]:
@@ -153,11 +153,3 @@ def _disowned(history: SchemaHistory | None, version: int, version_hash: str | N
     if version_hash is not None and stored is not None and stored.hex() != version_hash.lower():
         return f"version {version} is entry {stored.hex()}, not {version_hash}"
     return None
-
-
-def _with_message(result: CheckResult, message: str) -> CheckResult:
-    return CheckResult(**{**asdict(result), "message": message})
-
-
-def _changed(result: CheckResult) -> CheckResult:
-    return CheckResult(**{**asdict(result), "changed": True})

@@ -24,6 +24,7 @@ from p2panda_assets.protocol.messages import (
     SchemaRef,
     SchemaVersionRef,
     decode_message,
+    format_schema_id,
 )
 
 SCHEMA_ID = re.compile(r"(?P<author>[0-9a-fA-F]{64})-(?P<log>[0-9]+)")
@@ -42,7 +43,7 @@ class Schema:
 
     @property
     def schema_id(self) -> str:
-        return f"{self.author.hex()}-{self.log_id}"
+        return format_schema_id(self.author, self.log_id)
 
     @property
     def log_ref(self) -> SchemaLogRef:
@@ -88,7 +89,7 @@ def find_schema(me: AuthorState, text: str, entries: Sequence[str] = ()) -> Sche
         return _own(me, record.log_id, text)
     author, log_id = parsed
     if author == me.author and log_id in me.logs and me.logs[log_id].kind == "schema":
-        own = me.schema_by_id(f"{author.hex()}-{log_id}")
+        own = me.schema_by_id(format_schema_id(author, log_id))
         return _own(me, log_id, own.name if own else text)
     history = foreign_history(author, log_id, entries) if entries else None
     label = (history.name if history else None) or text
@@ -161,7 +162,7 @@ def foreign_history(author: bytes, log_id: int, paths: Sequence[str]) -> SchemaH
     if not verdict.accepted:
         raise P2pandaError(
             Reason.UNKNOWN_SCHEMA,
-            f"no entries of schema {author.hex()}-{log_id} in {', '.join(paths)}",
+            f"no entries of schema {format_schema_id(author, log_id)} in {', '.join(paths)}",
         )
     items = [(e.seq_num, e.hash, _decode(entries[e.hash][1])) for e in verdict.accepted]
     return fold_schema_log(author, log_id, items)

@@ -34,6 +34,7 @@ from p2panda_assets.protocol.messages import (
     SchemaMeta,
     SchemaMigration,
     SchemaRevert,
+    format_schema_id,
 )
 
 
@@ -82,7 +83,7 @@ def init_schema(
         if migration is not None:
             messages.append(migration)
     record = me.new_log("schema")
-    schema_id = f"{me.author.hex()}-{record.log_id}"
+    schema_id = format_schema_id(me.author, record.log_id)
     me.schemas[name] = SchemaRecord(name, record.log_id, schema_id)
     version = _append_checked(session, record, messages)
     notes.append(f"Registered {name} schema at log {record.log_id}")

@@ -37,6 +37,7 @@ from p2panda_assets.engine.corpus import Catalog
 from p2panda_assets.engine.relations import BuildOrder, relation_target
 from p2panda_assets.errors import Reason
 from p2panda_assets.pipeline.index import message_index, stored_catalog
+from p2panda_assets.protocol.messages import format_schema_id
 
 MINIMUM_INTERVAL_SECONDS = 5  # the latency goal is 10 s from ingest to a visible row
 FAMILY = [
@@ -337,11 +338,15 @@ def _cycle_observations(
     ]
 
 
-@dg.sensor(
+# Every sensor requests the family job, on by default, at the interval the latency goal asks.
+pipeline_sensor = dg.sensor(
     job=materialize_schema_job,
     minimum_interval_seconds=MINIMUM_INTERVAL_SECONDS,
     default_status=dg.DefaultSensorStatus.RUNNING,
 )
+
+
+@pipeline_sensor
 def schema_registration_sensor(
     context: dg.SensorEvaluationContext, postgres: PostgresResource
 ) -> dg.SensorResult:
@@ -400,7 +405,7 @@ class FreshLog:
 
     @property
     def schema_id(self) -> str:
-        return f"{self.author.hex()}-{self.log_id}"
+        return format_schema_id(self.author, self.log_id)
 
 
 WRITERS = """
@@ -590,7 +595,7 @@ def _schema_of_hashes(conn: psycopg.Connection, hashes: set[bytes]) -> dict[byte
         " AND author IS NOT NULL",
         (list(hashes),),
     ).fetchall()
-    return {bytes(h): f"{bytes(a).hex()}-{int(log)}" for h, a, log in rows}
+    return {bytes(h): format_schema_id(bytes(a), int(log)) for h, a, log in rows}
 
 
 def entries_requests(rel: Relations, routes: Mapping[str, Route]) -> tuple[list, list[str]]:
@@ -637,11 +642,7 @@ def entries_tick(
     )
 
 
-@dg.sensor(
-    job=materialize_schema_job,
-    minimum_interval_seconds=MINIMUM_INTERVAL_SECONDS,
-    default_status=dg.DefaultSensorStatus.RUNNING,
-)
+@pipeline_sensor
 def schema_entries_sensor(
     context: dg.SensorEvaluationContext, postgres: PostgresResource
 ) -> dg.SensorResult:
@@ -731,11 +732,7 @@ def revert_tick(
     )
 
 
-@dg.sensor(
-    job=materialize_schema_job,
-    minimum_interval_seconds=MINIMUM_INTERVAL_SECONDS,
-    default_status=dg.DefaultSensorStatus.RUNNING,
-)
+@pipeline_sensor
 def schema_revert_sensor(
     context: dg.SensorEvaluationContext, postgres: PostgresResource
 ) -> dg.SensorResult:

@@ -22,6 +22,7 @@ from p2panda_assets.protocol.messages import (
     SchemaVersionRef,
     Update,
     encode_message,
+    format_schema_id,
 )
 
 
@@ -65,7 +66,7 @@ class SchemaAuthor:
 
     @property
     def schema_id(self) -> str:
-        return f"{self.owner.key_pair.public_key.hex()}-{self.log_id}"
+        return format_schema_id(self.owner.key_pair.public_key, self.log_id)
 
     @property
     def version(self) -> int:

@@ -44,6 +44,7 @@ from p2panda_assets.protocol.messages import (
     SchemaHashRef,
     VersionedSchema,
     decode_message,
+    format_schema_id,
     is_schema_message,
 )
 
@@ -52,8 +53,7 @@ LogItem = tuple[int, bytes, Message | P2pandaError]  # (seq, entry hash, message
 
 
 def schema_id_of(key: LogKey) -> str:
-    """`<author hex>-<log id>` (SPEC section 3)."""
-    return f"{key[0].hex()}-{key[1]}"
+    return format_schema_id(*key)
 
 
 class State(StrEnum):

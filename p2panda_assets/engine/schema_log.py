@@ -27,6 +27,7 @@ from p2panda_assets.protocol.messages import (
     SchemaMeta,
     SchemaMigration,
     SchemaRevert,
+    format_schema_id,
     is_schema_message,
 )
 
@@ -61,7 +62,7 @@ class SchemaHistory:
 
     @property
     def schema_id(self) -> str:
-        return f"{self.author.hex()}-{self.log_id}"
+        return format_schema_id(self.author, self.log_id)
 
     @property
     def latest(self) -> SchemaVersion | None:

@@ -51,6 +51,11 @@ ACTIONS: tuple[str, ...] = get_args(Action)
 # --------------------------------------------------------------------------- schema refs
 
 
+def format_schema_id(author: bytes, log_id: int) -> str:
+    """A schema's id: `<author hex>-<log id>` (SPEC section 3). The one place it is spelled."""
+    return f"{author.hex()}-{log_id}"
+
+
 @dataclass(frozen=True, slots=True)
 class SchemaLogRef:
     """`[author, log-id]`: a schema as a whole, without a version (relation targets)."""
@@ -60,8 +65,7 @@ class SchemaLogRef:
 
     @property
     def schema_id(self) -> str:
-        """`<author hex>-<log id>` (SPEC section 3)."""
-        return f"{self.author.hex()}-{self.log_id}"
+        return format_schema_id(self.author, self.log_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +78,7 @@ class SchemaVersionRef:
 
     @property
     def schema_id(self) -> str:
-        return f"{self.author.hex()}-{self.log_id}"
+        return format_schema_id(self.author, self.log_id)
 
     @property
     def log_ref(self) -> SchemaLogRef:

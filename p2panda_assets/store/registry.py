@@ -17,6 +17,7 @@ from psycopg import sql
 from psycopg.rows import class_row
 
 from p2panda_assets.errors import P2pandaError, Reason
+from p2panda_assets.protocol.messages import format_schema_id
 from p2panda_assets.store.views import create_views, drop_views, lock_views
 
 DATA_SCHEMA = "p2panda_data"
@@ -101,7 +102,7 @@ def schema_id_for(author: bytes, log_id: int) -> str:
     """`<author hex>-<log id>` (SPEC section 3)."""
     _check_author(author)
     _check_log_id(log_id)
-    return f"{author.hex()}-{log_id}"
+    return format_schema_id(author, log_id)
 
 
 def parse_schema_id(schema_id: str) -> tuple[bytes, int]:
