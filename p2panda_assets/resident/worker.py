@@ -1,0 +1,141 @@
+"""The resident run worker: executes Dagster runs one after another in one process.
+
+A run launched the default way starts a new Python process, imports Dagster and the
+definitions, and starts a Spark JVM, whose first queries are slow until its JIT has
+warmed: most of the time from an ingested entry to its row. This worker pays that once.
+It executes each run as `dagster api execute_run` would (the job reconstructed from the
+run's code origin, events written to the instance), and keeps the Spark session for the
+next run (`PySparkResource` finds it with `getOrCreate`).
+
+    python -m p2panda_assets.resident.worker --report-fd N   (started by the launcher)
+
+A run cancelled from the UI is interrupted here: a watcher thread sees its status turn
+CANCELING and sends SIGINT, which Dagster's execution turns into a cancelled run.
+"""
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TextIO
+
+import dagster as dg
+from dagster._core.events import EngineEventData
+from dagster._core.execution.api import execute_run_iterator
+from dagster._core.instance import InstanceRef
+from dagster._serdes import deserialize_value
+from dagster._utils.hosted_user_process import recon_job_from_origin
+from dagster._utils.interrupts import capture_interrupts, pop_captured_interrupt
+
+from p2panda_assets.resident.protocol import (
+    FINISHED,
+    NO_WARM_UP_ARG,
+    REPORT_FD_ARG,
+    STARTED,
+    report_line,
+)
+
+CANCEL_POLL_SECONDS = 1.0
+
+
+def warm_up() -> None:
+    """Import the definitions and start the Spark session before the first run needs them."""
+    import p2panda_assets.definitions  # noqa: F401 - the import is the point
+    from p2panda_assets.pipeline.spark import build_session, spark_config
+
+    build_session(spark_config()).range(1).collect()
+
+
+@contextmanager
+def interrupt_on_cancel(instance: dg.DagsterInstance, run_id: str) -> Iterator[None]:
+    """While the block runs, SIGINT this process once the run's status turns CANCELING."""
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(CANCEL_POLL_SECONDS):
+            run = instance.get_run_by_id(run_id)
+            if run is not None and run.status == dg.DagsterRunStatus.CANCELING:
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+
+    watcher = threading.Thread(target=watch, name=f"cancel-{run_id[:8]}", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
+
+
+def cancel_spark_jobs() -> None:
+    """An interrupted step leaves its Spark jobs running in the JVM; stop them."""
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.getActiveSession()
+    if session is not None:
+        session.sparkContext.cancelAllJobs()
+
+
+def execute(instance: dg.DagsterInstance, run_id: str) -> None:
+    """Execute one launched run to its end; every outcome is recorded on the run."""
+    run = instance.get_run_by_id(run_id)
+    if run is None:
+        print(f"resident worker: no run {run_id}", file=sys.stderr)
+        return
+    if run.status == dg.DagsterRunStatus.CANCELING:
+        instance.report_run_canceled(run, "Cancelled before the resident worker started it.")
+        return
+    if run.status != dg.DagsterRunStatus.STARTING or run.job_code_origin is None:
+        print(f"resident worker: run {run_id} is {run.status}, not started", file=sys.stderr)
+        return
+    instance.report_engine_event(
+        f"Executing in the resident run worker (pid: {os.getpid()}).",
+        run,
+        EngineEventData.in_process(os.getpid()),
+    )
+    with capture_interrupts():
+        try:
+            with interrupt_on_cancel(instance, run_id):
+                recon_job = recon_job_from_origin(run.job_code_origin)
+                for _event in execute_run_iterator(recon_job, run, instance):
+                    pass
+        except Exception as error:
+            # execute_run_iterator records failures it can see; this is what it could not.
+            run = instance.get_run_by_id(run_id)
+            if run is not None and not run.is_finished:
+                instance.report_run_failed(run, f"The resident worker failed the run: {error!r}")
+        if pop_captured_interrupt():
+            cancel_spark_jobs()
+
+
+def serve(instance: dg.DagsterInstance, runs: TextIO, report: TextIO) -> None:
+    """Execute the run ids read from `runs` until it closes (the launcher has gone)."""
+    for line in runs:
+        run_id = line.strip()
+        if not run_id:
+            continue
+        report.write(report_line(STARTED, run_id))
+        try:
+            execute(instance, run_id)
+        finally:
+            report.write(report_line(FINISHED, run_id))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(REPORT_FD_ARG, dest="report_fd", type=int, required=True)
+    parser.add_argument(NO_WARM_UP_ARG, dest="warm_up", action="store_false")
+    args = parser.parse_args(argv)
+    ref = deserialize_value(sys.stdin.readline(), InstanceRef)
+    report = os.fdopen(args.report_fd, "w", buffering=1)
+    if args.warm_up:
+        warm_up()
+    with dg.DagsterInstance.from_ref(ref) as instance:
+        serve(instance, sys.stdin, report)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""Jobs the resident worker reconstructs from their code origin in the launcher's tests."""
+
+import os
+import time
+
+import dagster as dg
+
+
+@dg.op
+def report_pid(context: dg.OpExecutionContext) -> None:
+    context.add_output_metadata({"pid": os.getpid()})
+
+
+@dg.job(executor_def=dg.in_process_executor)  # as the product's jobs run
+def which_process() -> None:
+    report_pid()
+
+
+@dg.op
+def sleep_a_minute() -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+@dg.job(executor_def=dg.in_process_executor)  # as the product's jobs run
+def slow() -> None:
+    sleep_a_minute()
+
+
+@dg.op
+def exit_the_process() -> None:
+    os._exit(3)
+
+
+@dg.job(executor_def=dg.in_process_executor)  # as the product's jobs run
+def crashing() -> None:
+    exit_the_process()

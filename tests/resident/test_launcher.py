@@ -1,0 +1,95 @@
+"""`ResidentRunLauncher` against a real Dagster instance and real worker processes: runs
+share one warm process, a worker that dies fails only the runs it held (and the next run
+gets a new worker), and a cancelled run is interrupted."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import dagster as dg
+import pytest
+
+from p2panda_assets.resident.launcher import ResidentRunLauncher
+from tests.resident import jobs
+
+RESIDENT = {
+    "module": "p2panda_assets.resident.launcher",
+    "class": "ResidentRunLauncher",
+    "config": {"warm_up": False},  # these jobs need no Spark
+}
+
+
+@pytest.fixture
+def instance() -> Iterator[dg.DagsterInstance]:
+    with dg.instance_for_test(overrides={"run_launcher": RESIDENT}) as instance:
+        assert isinstance(instance.run_launcher, ResidentRunLauncher)
+        yield instance
+        instance.run_launcher.dispose()
+
+
+def launch(instance: dg.DagsterInstance, job: dg.JobDefinition) -> str:
+    """As the run queue does: a run with its code origin, STARTING, then the launcher."""
+    recon = dg.reconstructable(getattr(jobs, job.name))
+    run = instance.create_run_for_job(
+        job_def=job,
+        job_code_origin=recon.get_python_origin(),
+        status=dg.DagsterRunStatus.NOT_STARTED,
+    )
+    instance.launch_run(run.run_id, workspace=None)  # type: ignore[arg-type]
+    return run.run_id
+
+
+def wait_for(
+    instance: dg.DagsterInstance, run_id: str, *statuses: dg.DagsterRunStatus
+) -> dg.DagsterRun:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        run = instance.get_run_by_id(run_id)
+        if run is not None and run.status in statuses:
+            return run
+        time.sleep(0.2)
+    raise TimeoutError(f"run {run_id} is {instance.get_run_by_id(run_id).status}")
+
+
+def reported_pid(instance: dg.DagsterInstance, run_id: str) -> int:
+    """The pid the op saw, from its output metadata."""
+    events = instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_OUTPUT)
+    [output] = [e.dagster_event.step_output_data for e in events]
+    return output.metadata["pid"].value
+
+
+def test_runs_execute_one_after_another_in_one_process(instance: dg.DagsterInstance) -> None:
+    first = launch(instance, jobs.which_process)
+    second = launch(instance, jobs.which_process)
+    for run_id in (first, second):
+        wait_for(instance, run_id, dg.DagsterRunStatus.SUCCESS)
+    worker = instance.run_launcher._worker
+    assert worker is not None and worker.alive()
+    assert reported_pid(instance, first) == reported_pid(instance, second) == worker.process.pid
+    assert worker.unfinished == set()
+
+
+def test_a_dead_worker_fails_its_run_and_the_next_run_gets_a_new_one(
+    instance: dg.DagsterInstance,
+) -> None:
+    crashed = launch(instance, jobs.crashing)
+    run = wait_for(instance, crashed, dg.DagsterRunStatus.FAILURE)
+    events = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
+    assert any("exited with 3" in (e.message or "") for e in events)
+    after = launch(instance, jobs.which_process)
+    wait_for(instance, after, dg.DagsterRunStatus.SUCCESS)
+    assert reported_pid(instance, after) == instance.run_launcher._worker.process.pid
+
+
+def test_a_cancelled_run_is_interrupted_and_the_worker_goes_on(
+    instance: dg.DagsterInstance,
+) -> None:
+    slow = launch(instance, jobs.slow)
+    wait_for(instance, slow, dg.DagsterRunStatus.STARTED)
+    time.sleep(1)  # inside the op
+    assert instance.run_launcher.terminate(slow)
+    wait_for(instance, slow, dg.DagsterRunStatus.CANCELED)
+    after = launch(instance, jobs.which_process)
+    wait_for(instance, after, dg.DagsterRunStatus.SUCCESS)
+    assert reported_pid(instance, after) == instance.run_launcher._worker.process.pid
