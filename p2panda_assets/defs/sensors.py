@@ -39,7 +39,10 @@ from p2panda_assets.errors import Reason
 from p2panda_assets.pipeline.index import message_index, stored_catalog
 from p2panda_assets.protocol.messages import format_schema_id
 
-MINIMUM_INTERVAL_SECONDS = 5  # the latency goal is 10 s from ingest to a visible row
+# The daemon looks at its sensors every 5 s (dagster._daemon.sensor.MIN_INTERVAL_LOOP_TIME,
+# not configurable). A minimum interval of 5 s would skip every loop that comes a moment
+# early, so 10 s between ticks; 1 s lets every loop tick. The latency goal is 10 s.
+MINIMUM_INTERVAL_SECONDS = 1
 FAMILY = [
     dg.AssetKey(name)
     for name in ("raw_entries", "decoded_messages", "migration_plan", "materialized_table")
@@ -49,12 +52,8 @@ PLAN_AND_TABLE = FAMILY[2:]
 QUEUE_TAG = {"p2panda/queue": "pipeline"}
 PARTITION_TAG = "dagster/partition"
 BUILT = ("materialized", "dropped")  # registry statuses of a schema whose table step ran
-UNFINISHED = [
-    dg.DagsterRunStatus.QUEUED,
-    dg.DagsterRunStatus.NOT_STARTED,
-    dg.DagsterRunStatus.STARTING,
-    dg.DagsterRunStatus.STARTED,
-]
+QUEUED = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED]  # not begun
+UNFINISHED = [*QUEUED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
 HOLE_TTL_SECONDS = 600.0  # an ingest transaction open longer than this is not waited for
 MAX_HOLES = 10_000
 PEEK_ENTRIES = 64  # entries read from the start of a log not yet assigned to a schema
@@ -174,6 +173,19 @@ def busy_partitions(instance: dg.DagsterInstance) -> set[str]:
     """Schemas with a run queued or in progress: what they will write is not known yet."""
     runs = instance.get_runs(filters=dg.RunsFilter(statuses=UNFINISHED), limit=1000)
     return {run.tags[PARTITION_TAG] for run in runs if PARTITION_TAG in run.tags}
+
+
+def queued_selections(instance: dg.DagsterInstance) -> dict[str, frozenset[dg.AssetKey]]:
+    """Per schema, the assets its runs still in the queue will build. A queued run indexes
+    the store when it starts, so it reads every entry ingested before that."""
+    runs = instance.get_runs(filters=dg.RunsFilter(statuses=QUEUED), limit=1000)
+    selections: dict[str, frozenset[dg.AssetKey]] = {}
+    for run in runs:
+        if PARTITION_TAG in run.tags:
+            sid = run.tags[PARTITION_TAG]
+            selection = frozenset(run.asset_selection or FAMILY)
+            selections[sid] = selections.get(sid, frozenset()) | selection
+    return selections
 
 
 def request(schema_id: str, run_key: str, assets: list[dg.AssetKey] | None = None) -> dg.RunRequest:
@@ -598,31 +610,45 @@ def _schema_of_hashes(conn: psycopg.Connection, hashes: set[bytes]) -> dict[byte
     return {bytes(h): format_schema_id(bytes(a), int(log)) for h, a, log in rows}
 
 
-def entries_requests(rel: Relations, routes: Mapping[str, Route]) -> tuple[list, list[str]]:
+def entries_requests(
+    rel: Relations,
+    routes: Mapping[str, Route],
+    queued: Mapping[str, frozenset[dg.AssetKey]] | None = None,
+) -> tuple[list, list[str]]:
     """The rebuild each concerned schema gets (run key `entries-<schema>-<first>-<last>`,
     the ingest_seq range of its new entries, disjoint from every other tick's):
 
     - ready (relations materialized), or not indexed yet: the whole family;
     - its own log changed while it waits: up to the plan (the index learns the new version,
       which may end the wait; the registration sensor builds the table once it is ready);
-    - new instance entries while it waits: nothing; the table is built when it is ready.
+    - new instance entries while it waits: nothing; the table is built when it is ready;
+    - nothing where a run still in the queue (`queued`) builds those assets already: it
+      reads the new entries when it starts.
     """
     requests, notes = [], []
     for sid in rel.ordered(routes):
         route = routes[sid]
         key = f"entries-{sid}-{route.first}-{route.last}"
         if not rel.indexed(sid) or rel.ready(sid):
-            requests.append(request(sid, key))
+            wanted = request(sid, key)
         elif route.own_log:
-            requests.append(request(sid, key, UP_TO_PLAN))
+            wanted = request(sid, key, UP_TO_PLAN)
             notes.append(f"{sid}: table waits ({rel.why_waiting(sid)})")
         else:
             notes.append(f"{sid}: new entries wait ({rel.why_waiting(sid)})")
+            continue
+        if set(wanted.asset_selection or FAMILY) <= (queued or {}).get(sid, frozenset()):
+            notes.append(f"{sid}: a queued run will read its new entries")
+            continue
+        requests.append(wanted)
     return requests, notes
 
 
 def entries_tick(
-    conn: psycopg.Connection, cursor: EntryCursor, now: float | None = None
+    conn: psycopg.Connection,
+    cursor: EntryCursor,
+    now: float | None = None,
+    queued: Mapping[str, frozenset[dg.AssetKey]] | None = None,
 ) -> dg.SensorResult:
     fresh, moved = read_new_entries(conn, cursor, now)
     if not fresh:
@@ -634,7 +660,7 @@ def entries_tick(
             skip_reason=f"{len(fresh)} logs with new entries, none of a registered schema",
             cursor=moved.dumps(),
         )
-    requests, notes = entries_requests(Relations.load(conn), routes)
+    requests, notes = entries_requests(Relations.load(conn), routes, queued)
     return dg.SensorResult(
         run_requests=requests,
         skip_reason=None if requests else _skip(notes, "nothing to rebuild"),
@@ -646,9 +672,11 @@ def entries_tick(
 def schema_entries_sensor(
     context: dg.SensorEvaluationContext, postgres: PostgresResource
 ) -> dg.SensorResult:
-    """Rebuilds the schemas that new entries (by ingest_seq) concern, only those."""
+    """Rebuilds the schemas that new entries (by ingest_seq) concern, only those, unless
+    a run of theirs still in the queue will read the entries anyway."""
+    queued = queued_selections(context.instance)
     with postgres.connect() as conn:
-        return entries_tick(conn, EntryCursor.parse(context.cursor))
+        return entries_tick(conn, EntryCursor.parse(context.cursor), queued=queued)
 
 
 # --- schema reverts ------------------------------------------------------------------------

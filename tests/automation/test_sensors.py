@@ -160,6 +160,38 @@ def test_new_entries_rebuild_only_their_schema(graph: Graph, conn, tick: Tick) -
     assert again.run_requests == [] and again.skip_reason.skip_message == "no new entries"
 
 
+def test_new_entries_of_a_schema_with_a_queued_run_request_nothing_more(
+    graph: Graph, conn, tick: Tick, instance
+) -> None:
+    """A run still in the queue indexes the store when it starts: it will read the new
+    entries, so a second run would only rebuild the same table. A queued run of fewer
+    assets, or one already started, does not count."""
+    baseline = tick(schema_entries_sensor, None)
+    graph.logs["tag"].create(graph.schemas["tag"].ref(), label="later")
+    publish(conn, graph.fresh())
+
+    def queue(status: dg.DagsterRunStatus, selection: list[dg.AssetKey] | None) -> dg.DagsterRun:
+        return instance.add_run(
+            dg.DagsterRun(
+                job_name="materialize_schema",
+                status=status,
+                asset_selection=frozenset(selection) if selection else None,
+                tags={"dagster/partition": graph.id("tag")},
+            )
+        )
+
+    # NOT_STARTED: a run not begun, as QUEUED is (which add_run refuses without an origin).
+    partial = queue(dg.DagsterRunStatus.NOT_STARTED, PLAN_AND_TABLE)
+    started = queue(dg.DagsterRunStatus.STARTED, None)
+    assert requested(tick(schema_entries_sensor, baseline.cursor)) == [graph.id("tag")]
+    instance.report_run_canceled(partial)
+    instance.report_run_canceled(started)
+    queue(dg.DagsterRunStatus.NOT_STARTED, None)
+    result = tick(schema_entries_sensor, baseline.cursor)
+    assert result.run_requests == []
+    assert "a queued run will read its new entries" in result.skip_reason.skip_message
+
+
 def test_a_new_log_goes_to_the_schema_its_first_message_names(
     graph: Graph, conn, tick: Tick
 ) -> None:
