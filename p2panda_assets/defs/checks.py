@@ -58,38 +58,66 @@ def _quoted(name: str) -> Column:
     return F.col("`" + name.replace("`", "``") + "`")
 
 
-def _failing(data: Any, predicate: Column, name: str, findings: Findings) -> bool:
-    """Count the rows where `predicate` holds; the check passes when there are none."""
-    count = data.dataframe.filter(predicate).count()
-    if count:
-        findings[name] = findings.get(name, 0) + count
-    return count == 0
+class Tally:
+    """Bad-row counts of many checks, in one pass over a frame.
+
+    pandera.pyspark runs every check as a Spark job of its own, ~0.1 s apiece however
+    small the frame: most of a blocking check's time, which every new entry waits for.
+    The checks made here register what they count up front; the first one pandera calls
+    runs one aggregation for all of them, the others read its result. `findings` holds
+    the failing rows per check, for the check's metadata."""
+
+    def __init__(self) -> None:
+        self.findings: Findings = {}
+        self._aggregates: dict[str, Column] = {}  # label -> count of the bad rows
+        self._frame: DataFrame | None = None
+        self._counts: dict[str, int] = {}
+
+    def column(
+        self, column: str, name: str, error: str, bad: Callable[[Column], Column]
+    ) -> pa.Check:
+        """Fails on the rows where `bad(column)` holds."""
+        return self._check(f"{column}: {name}", name, error, _rows_where(bad(_quoted(column))))
+
+    def not_null(self, column: str) -> pa.Check:
+        return self.column(column, "not_nullable", "the column has no nulls", Column.isNull)
+
+    def rows(self, name: str, error: str, bad: Column) -> pa.Check:
+        """A frame check: fails on the rows where `bad` holds."""
+        return self._check(name, name, error, _rows_where(bad))
+
+    def unique(self, name: str, error: str, columns: list[str]) -> pa.Check:
+        """A frame check: fails when rows repeat the values of `columns`."""
+        duplicates = F.count(F.lit(1)) - F.countDistinct(F.struct(*map(_quoted, columns)))
+        return self._check(name, name, error, duplicates)
+
+    def count(self, frame: DataFrame, label: str) -> int:
+        if frame is not self._frame:
+            labels = [*self._aggregates, ROWS]
+            aggregates = [*self._aggregates.values(), F.count(F.lit(1))]
+            row = frame.agg(*(a.alias(f"c{i}") for i, a in enumerate(aggregates))).first()
+            self._counts = {label: int(row[i] or 0) for i, label in enumerate(labels)}
+            self._frame = frame
+        return self._counts[label]
+
+    def _check(self, key: str, name: str, error: str, aggregate: Column) -> pa.Check:
+        self._aggregates[key] = aggregate
+
+        def check(data: Any, label: str) -> bool:
+            frame = data if isinstance(data, DataFrame) else data.dataframe
+            failing = self.count(frame, key)
+            if failing:
+                self.findings[key] = failing
+            return failing == 0
+
+        return pa.Check(check, name=name, error=f"{name}: {error}", label=name)
 
 
-def column_check(
-    name: str, error: str, predicate: Callable[[Column], Column], findings: Findings
-) -> pa.Check:
-    """A column check: fails on rows where `predicate(column)` holds."""
-
-    def check(data: Any, label: str) -> bool:
-        bad = predicate(_quoted(data.column_name))
-        return _failing(data, bad, f"{data.column_name}: {label}", findings)
-
-    return pa.Check(check, name=name, error=f"{name}: {error}", label=name)
+ROWS = "rows"  # Tally.count of every frame: its row count
 
 
-def frame_check(
-    name: str, error: str, bad: Callable[[DataFrame], DataFrame], findings: Findings
-) -> pa.Check:
-    """A frame check: fails when `bad(frame)` has rows."""
-
-    def check(frame: DataFrame, label: str) -> bool:
-        count = bad(frame).count()
-        if count:
-            findings[label] = count
-        return count == 0
-
-    return pa.Check(check, name=name, error=f"{name}: {error}", label=name)
+def _rows_where(predicate: Column) -> Column:
+    return F.count(F.when(predicate, 1))
 
 
 def _elements(column: Column, is_array: bool, bad: Callable[[Column], Column]) -> Column:
@@ -138,64 +166,83 @@ def check_result(
 # --- decoded messages -----------------------------------------------------------------------
 
 
-def decoded_model(schema_id: str, findings: Findings) -> pa.DataFrameSchema:
-    """The decoded Parquet of one schema (`pipeline.decoded.DECODED_SPARK`)."""
+def decoded_model(schema_id: str, tally: Tally) -> pa.DataFrameSchema:
+    """The decoded Parquet of one schema (`pipeline.decoded.DECODED_SPARK`): pandera
+    checks the types and the column set; every value check is counted by `tally`."""
     author_hex, log_id = schema_id.rsplit("-", 1)
     decimal = T.DecimalType(20, 0)
     own_log = (F.lower(F.hex("author")) == author_hex) & (F.col("log_id") == int(log_id))
+
+    def column(name: str, dtype: T.DataType, nullable: bool, *checks: pa.Check) -> pa.Column:
+        # Nullability is a counted check too: pandera's own is one job per column.
+        required = [] if nullable else [tally.not_null(name)]
+        return pa.Column(dtype, nullable=True, checks=[*required, *checks])
+
+    def at_least(name: str, low: int) -> pa.Check:
+        return tally.column(
+            name, f"greater_than_or_equal_to({low})", f">= {low}", lambda c: c < low
+        )
+
     return pa.DataFrameSchema(
         {
-            "author": pa.Column(
+            "author": column(
+                "author",
                 T.BinaryType(),
-                checks=[
-                    column_check(
-                        "author_is_32_bytes",
-                        "author keys have 32 bytes",
-                        lambda c: F.length(c) != AUTHOR_SIZE,
-                        findings,
-                    )
-                ],
+                False,
+                tally.column(
+                    "author",
+                    "author_is_32_bytes",
+                    "author keys have 32 bytes",
+                    lambda c: F.length(c) != AUTHOR_SIZE,
+                ),
             ),
-            "log_id": pa.Column(decimal, checks=[pa.Check.ge(0)]),
-            "seq": pa.Column(decimal, checks=[pa.Check.ge(1)]),
-            "hash": pa.Column(
+            "log_id": column("log_id", decimal, False, at_least("log_id", 0)),
+            "seq": column("seq", decimal, False, at_least("seq", 1)),
+            "hash": column(
+                "hash",
                 T.BinaryType(),
-                checks=[
-                    column_check(
-                        "hash_is_34_or_66_bytes",
-                        "entry hashes have 34 or 66 bytes",
-                        lambda c: ~F.length(c).isin(*HASH_SIZES),
-                        findings,
-                    )
-                ],
+                False,
+                tally.column(
+                    "hash",
+                    "hash_is_34_or_66_bytes",
+                    "entry hashes have 34 or 66 bytes",
+                    lambda c: ~F.length(c).isin(*HASH_SIZES),
+                ),
             ),
-            "is_schema_log": pa.Column(T.BooleanType()),
-            "kind": pa.Column(T.StringType(), nullable=True, checks=[pa.Check.isin(KINDS)]),
-            "schema_version": pa.Column(decimal, nullable=True, checks=[pa.Check.ge(1)]),
-            "error": pa.Column(T.StringType(), nullable=True),
-            "payload": pa.Column(T.BinaryType()),
+            "is_schema_log": column("is_schema_log", T.BooleanType(), False),
+            "kind": column(
+                "kind",
+                T.StringType(),
+                True,
+                tally.column(
+                    "kind",
+                    f"isin({list(KINDS)})",
+                    "one of the six kinds",
+                    lambda c: ~c.isin(*KINDS),
+                ),
+            ),
+            "schema_version": column(
+                "schema_version", decimal, True, at_least("schema_version", 1)
+            ),
+            "error": column("error", T.StringType(), True),
+            "payload": column("payload", T.BinaryType(), False),
         },
         checks=[
-            frame_check(
+            tally.rows(
                 "kind_xor_error",
                 "a message has a kind, or an error when its payload does not decode",
-                lambda f: f.filter(F.col("kind").isNull() == F.col("error").isNull()),
-                findings,
+                F.col("kind").isNull() == F.col("error").isNull(),
             ),
-            frame_check(
+            tally.rows(
                 "schema_log_is_the_schemas",
                 "is_schema_log exactly for the entries of the schema's own log",
-                lambda f: f.filter(F.col("is_schema_log") != own_log),
-                findings,
+                F.col("is_schema_log") != own_log,
             ),
-            frame_check(
-                "hash_unique",
-                "each entry appears once",
-                lambda f: f.groupBy("hash").count().filter(F.col("count") > 1),
-                findings,
+            tally.unique("hash_unique", "each entry appears once", ["hash"]),
+            tally.unique(
+                "entry_unique", "one row per (author, log_id, seq)", ["author", "log_id", "seq"]
             ),
         ],
-        unique=["author", "log_id", "seq"],
         strict=True,
         name=f"decoded_messages {schema_id}",
     )
@@ -214,9 +261,9 @@ def decoded_messages_match_their_model(
 ) -> dg.AssetCheckResult:
     schema_id = checked_schema_id(context.partition_key)
     frame = pyspark.spark_session.read.parquet(str(decoded_path(schema_id)))
-    findings: Findings = {}
-    lines = summarize(validate(frame, decoded_model(schema_id, findings)))
-    return check_result(lines, findings, {"rows": frame.count()})
+    tally = Tally()
+    lines = summarize(validate(frame, decoded_model(schema_id, tally)))
+    return check_result(lines, tally.findings, {"rows": tally.count(frame, ROWS)})
 
 
 # --- the materialized table -----------------------------------------------------------------
@@ -229,38 +276,38 @@ def jdbc_type(ftype: FieldType) -> T.DataType:
     return T.ArrayType(base, containsNull=True) if ftype.is_array else base
 
 
-def _field_checks(spec: FieldSpec, version: int, findings: Findings) -> list[pa.Check]:
+def _field_checks(column: str, spec: FieldSpec, version: int, tally: Tally) -> list[pa.Check]:
     is_array = spec.type.is_array
     checks = []
     if is_array:
         checks.append(
-            column_check(
+            tally.column(
+                column,
                 "no_null_elements",
                 "array elements are never null",
                 lambda c: F.exists(c, lambda x: x.isNull()),
-                findings,
             )
         )
     if spec.type.base is BaseType.VARCHAR:
         checks.append(
-            column_check(
+            tally.column(
+                column,
                 "varchar_at_most_255",
                 f"varchar values have at most {VARCHAR_LENGTH} characters",
                 lambda c: _elements(c, is_array, lambda x: F.length(x) > VARCHAR_LENGTH),
-                findings,
             )
         )
     if spec.type.base is BaseType.RELATION:
         checks.append(
-            column_check(
+            tally.column(
+                column,
                 "relation_is_an_instance_id",
                 "relation values are instance ids (entry hashes in hex)",
                 lambda c: _elements(c, is_array, lambda x: ~x.rlike(HEX_ID)),
-                findings,
             )
         )
     if spec.validation is not None:
-        checks.append(re2_check(spec, version, findings))
+        checks.append(re2_check(spec, version, tally.findings))
     return checks
 
 
@@ -300,9 +347,7 @@ def _canonical(value: object, ftype: FieldType) -> object:
     return tuple(value) if ftype.is_array else value
 
 
-def table_model(
-    plan: MigrationPlan, findings: Findings
-) -> tuple[pa.DataFrameSchema, dict[str, str]]:
+def table_model(plan: MigrationPlan, tally: Tally) -> tuple[pa.DataFrameSchema, dict[str, str]]:
     """The table's pandera model, derived from the plan's current lens; and the field
     column names (`f0`, ...) mapped to the field names."""
     history = _history(plan)
@@ -310,18 +355,23 @@ def table_model(
     alive = sorted(set(history.versions) - history.dead)
     columns: dict[str, pa.Column] = {
         "_instance_id": _hex_column(
-            "instance_id_is_hex", "instance ids are entry hashes in hex", HEX_ID, findings
+            tally,
+            "_instance_id",
+            "instance_id_is_hex",
+            "instance ids are entry hashes in hex",
+            HEX_ID,
         ),
         "_author": _hex_column(
-            "author_is_hex", "authors are 32-byte keys in hex", HEX_AUTHOR, findings
+            tally, "_author", "author_is_hex", "authors are 32-byte keys in hex", HEX_AUTHOR
         ),
         "_version": pa.Column(T.LongType(), checks=[pa.Check.isin(alive)]),
         "_seq": pa.Column(T.DecimalType(20, 0), checks=[pa.Check.ge(1)]),
         "_entry": _hex_column(
+            tally,
+            "_entry",
             "entry_is_hex",
             "the entry that last wrote a row is named by its hash in hex",
             HEX_ID,
-            findings,
         ),
     }
     names = {}
@@ -329,7 +379,7 @@ def table_model(
         spec = history.lens[name]
         names[column] = name
         columns[column] = pa.Column(
-            jdbc_type(ftype), nullable=True, checks=_field_checks(spec, latest, findings)
+            jdbc_type(ftype), nullable=True, checks=_field_checks(column, spec, latest, tally)
         )
     model = pa.DataFrameSchema(
         columns, unique=["_instance_id"], strict=True, name=f"table {plan.schema_id}"
@@ -337,11 +387,11 @@ def table_model(
     return model, names
 
 
-def _hex_column(name: str, description: str, pattern: str, findings: Findings) -> pa.Column:
+def _hex_column(tally: Tally, column: str, name: str, description: str, pattern: str) -> pa.Column:
     """A text column whose every value must match `pattern` (hex of a fixed size)."""
     return pa.Column(
         T.StringType(),
-        checks=[column_check(name, description, lambda c: ~c.rlike(pattern), findings)],
+        checks=[tally.column(column, name, description, lambda c: ~c.rlike(pattern))],
     )
 
 
@@ -438,16 +488,16 @@ def table_matches_the_current_lens(
         return dg.AssetCheckResult(passed=False, description=f"table {table} does not exist")
     expected = expected_pg_types(history)
     lines = declaration_problems(declared, expected)
-    findings: Findings = {}
-    model, names = table_model(migration_plan, findings)
+    tally = Tally()
+    model, names = table_model(migration_plan, tally)
     present = [name for name in expected if name in declared]
     frame = read_table(pyspark.spark_session, postgres, table, present)
     internal = {name: column for column, name in names.items()}
     frame = frame.toDF(*[internal.get(name, name) for name in present])
     lines += summarize(validate(frame, model), names)
     version = history.latest.seq if history.latest else None
-    named = {_named(key, names): count for key, count in findings.items()}
-    return check_result(lines, named, {"rows": frame.count(), "version": version})
+    named = {_named(key, names): count for key, count in tally.findings.items()}
+    return check_result(lines, named, {"rows": tally.count(frame, ROWS), "version": version})
 
 
 def _named(finding: str, names: Mapping[str, str]) -> str:

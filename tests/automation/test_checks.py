@@ -19,6 +19,7 @@ from dagster_pyspark import PySparkResource
 
 from p2panda_assets.defs.assets import family
 from p2panda_assets.defs.checks import (
+    KINDS,
     checks,
     decoded_messages_match_their_model,
     entries_are_accounted,
@@ -189,7 +190,11 @@ def test_decoded_check_fails_on_bad_hashes_seqs_and_kinds(store: Store) -> None:
     assert "hash: hash_is_34_or_66_bytes" in evaluation.description
     assert "seq: greater_than_or_equal_to(1)" in evaluation.description
     assert "kind: isin" in evaluation.description
-    assert evaluation.metadata["failing_rows"].value == {"hash: hash_is_34_or_66_bytes": 1}
+    assert evaluation.metadata["failing_rows"].value == {
+        "hash: hash_is_34_or_66_bytes": 1,
+        "seq: greater_than_or_equal_to(1)": 1,
+        f"kind: isin({list(KINDS)})": 1,
+    }
     assert store.last.get_asset_materialization_events() == []  # blocked: no plan
     assert store.run_check(decoded_messages_match_their_model, store.mail).passed
 
@@ -204,6 +209,26 @@ def test_decoded_check_fails_on_a_message_with_neither_kind_nor_error(store: Sto
         evaluation = store.run_check(decoded_messages_match_their_model, store.mail)
     assert not evaluation.passed
     assert "kind_xor_error" in evaluation.description
+
+
+def test_decoded_check_fails_on_nulls_and_repeated_entries(store: Store) -> None:
+    """Nullability and uniqueness are counted like every other check."""
+
+    def tamper(table: pa.Table) -> pa.Table:
+        payloads = table.column("payload").to_pylist()
+        payloads[1] = None
+        table = _replace(table, "payload", payloads)
+        return pa.concat_tables([table, table.slice(0, 1)])
+
+    with tampered_parquet(store.mail, tamper):
+        evaluation = store.run_check(decoded_messages_match_their_model, store.mail)
+    assert not evaluation.passed
+    assert evaluation.metadata["failing_rows"].value == {
+        "payload: not_nullable": 1,
+        "hash_unique": 1,
+        "entry_unique": 1,
+    }
+    assert "payload: not_nullable" in evaluation.description
 
 
 @contextmanager
