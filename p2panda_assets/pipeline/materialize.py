@@ -175,7 +175,8 @@ def materialize_schema(
     broadcast = spark.sparkContext.broadcast((catalog, schema_id, _owners(conn, schema_id)))
     reduced = _reduce(decoded, broadcast, reduce_schema_type(catalog, schema_id)).cache()
     instances = reduced.filter(F.col("row_type") == "instance")
-    deleted = _cascade(spark, jdbc, schema_id, instances, upstream)
+    targets = cascade_targets(catalog, schema_id)
+    deleted = _cascade(spark, jdbc, schema_id, instances, targets, upstream)
     flagged = (
         instances.join(deleted.withColumn("gone", F.lit(True)), "hash", "left")
         .withColumn("live", F.col("gone").isNull())
@@ -374,13 +375,30 @@ def _owners(conn: psycopg.Connection, schema_id: str) -> dict[bytes, tuple[bytes
     return {bytes(h): (bytes(a), int(log)) for h, a, log in rows}
 
 
+def cascade_targets(catalog: Catalog, schema_id: str) -> set[str]:
+    """The schemas the current lens's cascade relation fields point at."""
+    return {
+        relation_target(spec.relation, catalog.hash_index)
+        for spec in catalog.histories[schema_id].lens.values()
+        if spec.relation is not None and spec.cascade
+    }
+
+
 def _cascade(
-    spark: SparkSession, jdbc: Jdbc, schema_id: str, instances: DataFrame, upstream: tuple[str, ...]
+    spark: SparkSession,
+    jdbc: Jdbc,
+    schema_id: str,
+    instances: DataFrame,
+    targets: set[str],
+    upstream: tuple[str, ...],
 ) -> DataFrame:
     """Every deleted instance id (column `hash`): deleted by a message, or pointing along
     a cascade relation at a deleted instance, upstream (final sets, from the store) or in
-    this schema (iterated to a fixpoint), as `engine.cascade.apply_cascades` does."""
+    this schema (iterated to a fixpoint), as `engine.cascade.apply_cascades` does. Only
+    the joins the cascade `targets` need are run: each is a Spark job or more."""
     deleted = instances.filter("deleted").select("hash")
+    if not targets:
+        return deleted
     refs = (
         instances.select(
             "hash", F.explode(F.arrays_zip("cascade_target", "cascade_ref")).alias("c")
@@ -390,7 +408,7 @@ def _cascade(
         )
         .cache()
     )
-    others = [checked_schema_id(s) for s in upstream if s != schema_id]
+    others = [checked_schema_id(s) for s in upstream if s != schema_id and s in targets]
     if others:
         listed = ", ".join(f"'{s}'" for s in others)
         gone = read_query(
@@ -402,8 +420,10 @@ def _cascade(
         deleted = deleted.union(
             refs.join(gone, ["target", "ref"], "left_semi").select("hash")
         ).distinct()
-    own = refs.filter(F.col("target") == schema_id).select("hash", "ref").cache()
     deleted = deleted.distinct().cache()
+    if schema_id not in targets:
+        return deleted
+    own = refs.filter(F.col("target") == schema_id).select("hash", "ref").cache()
     while True:
         reached = own.join(deleted.select(F.col("hash").alias("ref")), "ref", "left_semi").select(
             "hash"
