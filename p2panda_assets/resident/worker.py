@@ -9,6 +9,9 @@ next run (`PySparkResource` finds it with `getOrCreate`).
 
     python -m p2panda_assets.resident.worker --report-fd N   (started by the launcher)
 
+The worker keeps the code it imported: after changing the product's code, restart the
+daemon (which ends the worker), not only the code location.
+
 A run cancelled from the UI is interrupted here: a watcher thread sees its status turn
 CANCELING and sends SIGINT, which Dagster's execution turns into a cancelled run.
 """
@@ -111,8 +114,23 @@ def execute(instance: dg.DagsterInstance, run_id: str) -> None:
             cancel_spark_jobs()
 
 
+def spark_is_usable() -> bool:
+    """False once the worker's Spark context has stopped (its JVM died, or a run stopped
+    it): every later run would fail, so the worker leaves and the next run gets a new one."""
+    from pyspark import SparkContext
+
+    context = SparkContext._active_spark_context
+    if context is None:
+        return True  # none started yet, or stopped cleanly: the next run starts one
+    try:
+        return not context._jsc.sc().isStopped()
+    except Exception:  # the JVM is gone
+        return False
+
+
 def serve(instance: dg.DagsterInstance, runs: TextIO, report: TextIO) -> None:
-    """Execute the run ids read from `runs` until it closes (the launcher has gone)."""
+    """Execute the run ids read from `runs` until it closes (the launcher has gone), or
+    until Spark is no longer usable."""
     for line in runs:
         run_id = line.strip()
         if not run_id:
@@ -122,6 +140,9 @@ def serve(instance: dg.DagsterInstance, runs: TextIO, report: TextIO) -> None:
             execute(instance, run_id)
         finally:
             report.write(report_line(FINISHED, run_id))
+        if not spark_is_usable():
+            print("resident worker: Spark is no longer usable; leaving", file=sys.stderr)
+            return
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -36,3 +36,16 @@ def exit_the_process() -> None:
 @dg.job(executor_def=dg.in_process_executor)  # as the product's jobs run
 def crashing() -> None:
     exit_the_process()
+
+
+@dg.op
+def stop_the_spark_context() -> None:
+    """What a JVM that died would leave: a SparkContext that is stopped under Python."""
+    from p2panda_assets.pipeline.spark import build_session
+
+    build_session().sparkContext._jsc.sc().stop()
+
+
+@dg.job(executor_def=dg.in_process_executor)  # as the product's jobs run
+def breaks_spark() -> None:
+    stop_the_spark_context()

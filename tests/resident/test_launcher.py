@@ -93,3 +93,16 @@ def test_a_cancelled_run_is_interrupted_and_the_worker_goes_on(
     after = launch(instance, jobs.which_process)
     wait_for(instance, after, dg.DagsterRunStatus.SUCCESS)
     assert reported_pid(instance, after) == instance.run_launcher._worker.process.pid
+
+
+@pytest.mark.spark
+def test_a_worker_whose_spark_stopped_leaves_and_the_next_run_gets_a_new_one(
+    instance: dg.DagsterInstance,
+) -> None:
+    broken = launch(instance, jobs.breaks_spark)
+    wait_for(instance, broken, dg.DagsterRunStatus.SUCCESS)
+    first = instance.run_launcher._worker
+    first.process.wait(timeout=60)  # it leaves on its own
+    after = launch(instance, jobs.which_process)
+    wait_for(instance, after, dg.DagsterRunStatus.SUCCESS)
+    assert reported_pid(instance, after) != first.process.pid
