@@ -175,7 +175,8 @@ def phases(ingested_at: float, schema_id: str) -> dict[str, float]:
             return {}
         record = min(records, key=lambda r: r.create_timestamp)
         marks = {"requested": record.create_timestamp.timestamp()}
-        steps: dict[str, float] = {}
+        started: dict[str, float] = {}
+        steps: dict[str, float] = {}  # the steps up to the table, as far as they finished
         for event in instance.all_logs(record.dagster_run.run_id):
             kind = event.dagster_event_type
             if kind == dg.DagsterEventType.RUN_STARTING:
@@ -183,9 +184,9 @@ def phases(ingested_at: float, schema_id: str) -> dict[str, float]:
             elif kind == dg.DagsterEventType.RUN_START:
                 marks["executing"] = event.timestamp
             elif kind == dg.DagsterEventType.STEP_START and "table_swapped" not in marks:
-                steps[event.step_key] = event.timestamp
-            elif kind == dg.DagsterEventType.STEP_SUCCESS and event.step_key in steps:
-                steps[event.step_key] = round(event.timestamp - steps[event.step_key], 2)
+                started[event.step_key] = event.timestamp
+            elif kind == dg.DagsterEventType.STEP_SUCCESS and event.step_key in started:
+                steps[event.step_key] = round(event.timestamp - started[event.step_key], 2)
                 if event.step_key == "materialized_table":
                     marks["table_swapped"] = event.timestamp
     points = [("ingested", ingested_at)] + [(k, marks[k]) for k in marks]
