@@ -26,7 +26,7 @@ from dagster._core.events import EngineEventData
 from dagster._core.launcher import LaunchRunContext, RunLauncher
 from dagster._serdes import ConfigurableClass, ConfigurableClassData, serialize_value
 
-from p2panda_assets.resident.protocol import FINISHED, NO_WARM_UP_ARG, REPORT_FD_ARG, parse_report
+from p2panda_assets.resident.protocol import NO_WARM_UP_ARG, REPORT_FD_ARG, finished_run
 
 
 class _Worker:
@@ -45,9 +45,9 @@ class _Worker:
             argv if warm_up else [*argv, NO_WARM_UP_ARG],
             stdin=subprocess.PIPE,
             pass_fds=(write_fd,),
-            # Its own session: a Ctrl-C meant for `dagster dev` does not cut a run short;
-            # the worker ends when its stdin closes, after the run it is executing.
-            start_new_session=True,
+            # In the daemon's process group, as the code server's run processes are: what
+            # stops the daemon's group (Ctrl-C of `dagster dev`, a service manager) cancels
+            # the run in progress and ends the worker. Else it ends when its stdin closes.
             text=True,
         )
         os.close(write_fd)
@@ -72,10 +72,10 @@ class _Worker:
     def _follow(self) -> None:
         """Track finished runs; when the worker exits, fail the runs it left unfinished."""
         for line in self._reports:
-            report = parse_report(line)
-            if report is not None and report[0] == FINISHED:
+            run_id = finished_run(line)
+            if run_id is not None:
                 with self.lock:
-                    self.unfinished.discard(report[1])
+                    self.unfinished.discard(run_id)
         code = self.process.wait()
         with self.lock:
             left, self.unfinished = sorted(self.unfinished), set()

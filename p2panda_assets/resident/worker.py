@@ -33,13 +33,7 @@ from dagster._serdes import deserialize_value
 from dagster._utils.hosted_user_process import recon_job_from_origin
 from dagster._utils.interrupts import capture_interrupts, pop_captured_interrupt
 
-from p2panda_assets.resident.protocol import (
-    FINISHED,
-    NO_WARM_UP_ARG,
-    REPORT_FD_ARG,
-    STARTED,
-    report_line,
-)
+from p2panda_assets.resident.protocol import NO_WARM_UP_ARG, REPORT_FD_ARG, finished_line
 
 CANCEL_POLL_SECONDS = 1.0
 
@@ -135,11 +129,10 @@ def serve(instance: dg.DagsterInstance, runs: TextIO, report: TextIO) -> None:
         run_id = line.strip()
         if not run_id:
             continue
-        report.write(report_line(STARTED, run_id))
         try:
             execute(instance, run_id)
         finally:
-            report.write(report_line(FINISHED, run_id))
+            report.write(finished_line(run_id))
         if not spark_is_usable():
             print("resident worker: Spark is no longer usable; leaving", file=sys.stderr)
             return
@@ -152,10 +145,13 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     ref = deserialize_value(sys.stdin.readline(), InstanceRef)
     report = os.fdopen(args.report_fd, "w", buffering=1)
-    if args.warm_up:
-        warm_up()
-    with dg.DagsterInstance.from_ref(ref) as instance:
-        serve(instance, sys.stdin, report)
+    try:
+        if args.warm_up:
+            warm_up()
+        with dg.DagsterInstance.from_ref(ref) as instance:
+            serve(instance, sys.stdin, report)
+    except KeyboardInterrupt:  # between runs: the daemon's process group is stopping
+        sys.exit(130)
 
 
 if __name__ == "__main__":
