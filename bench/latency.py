@@ -6,7 +6,10 @@ the project's workspace, a schema authored, ingested and registered; the daemon'
 must materialize it without any `panda materialize`. Then, N times: publish one new
 instance, ingest it, and time until its row is in the table.
 
-    .venv/bin/python bench/latency.py [--samples 3]
+    .venv/bin/python bench/latency.py [--samples 3] [--baseline]
+
+`--baseline` measures the same scenario again with Dagster's DefaultRunLauncher (a new
+process and Spark JVM per run) and prints the ratio of the medians.
 """
 
 from __future__ import annotations
@@ -211,45 +214,73 @@ def scenario() -> Iterator[DaemonScenario]:
         os.environ.update(before)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--samples", type=int, default=3)
-    args = parser.parse_args()
+DEFAULT_LAUNCHER = {"module": "dagster", "class": "DefaultRunLauncher"}
+
+
+def use_default_launcher() -> None:
+    """The baseline: DAGSTER_HOME's dagster.yaml with Dagster's own run launcher (a new
+    process, and a new Spark JVM, for every run) instead of the resident worker."""
+    import yaml
+
+    config_path = Path(os.environ["DAGSTER_HOME"]) / "dagster.yaml"
+    config = yaml.safe_load(config_path.read_text())
+    config_path.write_text(yaml.safe_dump(config | {"run_launcher": DEFAULT_LAUNCHER}))
+
+
+def measure(samples: int, baseline: bool) -> dict[str, object]:
+    """First build, then `samples` latencies, in a scenario of its own."""
+    import dagster as dg
+
+    label = "default launcher" if baseline else "resident launcher"
     with scenario() as run:
+        if baseline:
+            use_default_launcher()
         run.author_schema()
         run.start_daemon()
         started = time.perf_counter()
-        print(f"schema {run.schema_id} registered; waiting for the sensors' first build")
+        print(f"{label}: schema {run.schema_id} registered; waiting for the first build")
         while not run.rows():
             time.sleep(0.5)
             if time.perf_counter() - started > 600:
                 raise TimeoutError("no first materialization within 600 s")
         first_build = time.perf_counter() - started
-        print(f"first build through the sensors: {first_build:.1f} s")
-        import dagster as dg
-
+        print(f"{label}: first build through the sensors: {first_build:.1f} s")
         with dg.DagsterInstance.get() as instance:
             dequeue_interval = instance.run_coordinator.dequeue_interval_seconds
-        samples = []
-        for i in range(args.samples):
+        measured = []
+        for i in range(samples):
             run.wait_until_idle(timeout=600)
             sample = run.publish_and_wait(f"probe {i}", timeout=600)
-            print(f"sample {i}: ingest -> row visible in {sample.seconds:.1f} s {sample.phases}")
-            samples.append(sample)
-    seconds = sorted(s.seconds for s in samples)
-    print(
-        json.dumps(
-            {
-                "sensor_minimum_interval_s": MINIMUM_INTERVAL_SECONDS,
-                "daemon_sensor_loop_s": MIN_INTERVAL_LOOP_TIME,
-                "dequeue_interval_s": dequeue_interval,
-                "first_build_s": round(first_build, 1),
-                "latency_s": [round(s.seconds, 1) for s in samples],
-                "median_latency_s": round(seconds[len(seconds) // 2], 1),
-                "max_latency_s": round(seconds[-1], 1),
-            }
-        )
+            print(f"{label}: sample {i}: row visible in {sample.seconds:.1f} s {sample.phases}")
+            measured.append(sample.seconds)
+    ordered = sorted(measured)
+    return {
+        "sensor_minimum_interval_s": MINIMUM_INTERVAL_SECONDS,
+        "daemon_sensor_loop_s": MIN_INTERVAL_LOOP_TIME,
+        "dequeue_interval_s": dequeue_interval,
+        "first_build_s": round(first_build, 1),
+        "latency_s": [round(s, 1) for s in measured],
+        "median_latency_s": round(ordered[len(ordered) // 2], 1),
+        "max_latency_s": round(ordered[-1], 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--samples", type=int, default=3)
+    parser.add_argument(
+        "--baseline",
+        action="store_true",
+        help="also measure Dagster's DefaultRunLauncher in the same run, and the ratio",
     )
+    args = parser.parse_args()
+    figures = {"resident": measure(args.samples, baseline=False)}
+    if args.baseline:
+        figures["default"] = measure(args.samples, baseline=True)
+        figures["median_ratio_resident_to_default"] = round(
+            figures["resident"]["median_latency_s"] / figures["default"]["median_latency_s"], 2
+        )
+    print(json.dumps(figures))
 
 
 if __name__ == "__main__":
