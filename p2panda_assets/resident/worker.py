@@ -85,8 +85,11 @@ def execute(instance: dg.DagsterInstance, run_id: str) -> None:
     if run.status == dg.DagsterRunStatus.CANCELING:
         instance.report_run_canceled(run, "Cancelled before the resident worker started it.")
         return
-    if run.status != dg.DagsterRunStatus.STARTING or run.job_code_origin is None:
+    if run.status != dg.DagsterRunStatus.STARTING:
         print(f"resident worker: run {run_id} is {run.status}, not started", file=sys.stderr)
+        return
+    if run.job_code_origin is None:
+        instance.report_run_failed(run, "The run has no code origin to execute it from.")
         return
     instance.report_engine_event(
         f"Executing in the resident run worker (pid: {os.getpid()}).",
