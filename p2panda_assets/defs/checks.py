@@ -64,12 +64,15 @@ class Tally:
     pandera.pyspark runs every check as a Spark job of its own, ~0.1 s apiece however
     small the frame: most of a blocking check's time, which every new entry waits for.
     The checks made here register what they count up front; the first one pandera calls
-    runs one aggregation for all of them, the others read its result. `findings` holds
-    the failing rows per check, for the check's metadata."""
+    runs one aggregation for all of them, the others read its result. A check whose
+    columns the frame lacks stays out of it (pandera reports the missing column), so it
+    cannot break the others. `findings` holds the failing rows per check, for the check's
+    metadata."""
 
     def __init__(self) -> None:
         self.findings: Findings = {}
-        self._aggregates: dict[str, Column] = {}  # label -> count of the bad rows
+        # label -> (count of the bad rows, the columns it reads)
+        self._aggregates: dict[str, tuple[Column, tuple[str, ...]]] = {}
         self._frame: DataFrame | None = None
         self._counts: dict[str, int] = {}
 
@@ -77,31 +80,42 @@ class Tally:
         self, column: str, name: str, error: str, bad: Callable[[Column], Column]
     ) -> pa.Check:
         """Fails on the rows where `bad(column)` holds."""
-        return self._check(f"{column}: {name}", name, error, _rows_where(bad(_quoted(column))))
+        bad_rows = _rows_where(bad(_quoted(column)))
+        return self._check(f"{column}: {name}", name, error, bad_rows, (column,))
 
     def not_null(self, column: str) -> pa.Check:
         return self.column(column, "not_nullable", "the column has no nulls", Column.isNull)
 
-    def rows(self, name: str, error: str, bad: Column) -> pa.Check:
-        """A frame check: fails on the rows where `bad` holds."""
-        return self._check(name, name, error, _rows_where(bad))
+    def rows(self, name: str, error: str, bad: Column, columns: tuple[str, ...]) -> pa.Check:
+        """A frame check: fails on the rows where `bad` (of `columns`) holds."""
+        return self._check(name, name, error, _rows_where(bad), columns)
 
     def unique(self, name: str, error: str, columns: list[str]) -> pa.Check:
         """A frame check: fails when rows repeat the values of `columns`."""
         duplicates = F.count(F.lit(1)) - F.countDistinct(F.struct(*map(_quoted, columns)))
-        return self._check(name, name, error, duplicates)
+        return self._check(name, name, error, duplicates, tuple(columns))
 
     def count(self, frame: DataFrame, label: str) -> int:
+        """Failing rows of the check `label` (or the frame's `ROWS`); a KeyError for a
+        check whose columns the frame lacks."""
         if frame is not self._frame:
-            labels = [*self._aggregates, ROWS]
-            aggregates = [*self._aggregates.values(), F.count(F.lit(1))]
+            present = set(frame.columns)
+            countable = {
+                key: aggregate
+                for key, (aggregate, columns) in self._aggregates.items()
+                if present.issuperset(columns)
+            }
+            labels = [*countable, ROWS]
+            aggregates = [*countable.values(), F.count(F.lit(1))]
             row = frame.agg(*(a.alias(f"c{i}") for i, a in enumerate(aggregates))).first()
             self._counts = {label: int(row[i] or 0) for i, label in enumerate(labels)}
             self._frame = frame
         return self._counts[label]
 
-    def _check(self, key: str, name: str, error: str, aggregate: Column) -> pa.Check:
-        self._aggregates[key] = aggregate
+    def _check(
+        self, key: str, name: str, error: str, aggregate: Column, columns: tuple[str, ...]
+    ) -> pa.Check:
+        self._aggregates[key] = (aggregate, columns)
 
         def check(data: Any, label: str) -> bool:
             frame = data if isinstance(data, DataFrame) else data.dataframe
@@ -232,11 +246,13 @@ def decoded_model(schema_id: str, tally: Tally) -> pa.DataFrameSchema:
                 "kind_xor_error",
                 "a message has a kind, or an error when its payload does not decode",
                 F.col("kind").isNull() == F.col("error").isNull(),
+                ("kind", "error"),
             ),
             tally.rows(
                 "schema_log_is_the_schemas",
                 "is_schema_log exactly for the entries of the schema's own log",
                 F.col("is_schema_log") != own_log,
+                ("is_schema_log", "author", "log_id"),
             ),
             tally.unique("hash_unique", "each entry appears once", ["hash"]),
             tally.unique(
