@@ -10,11 +10,10 @@ the asset `materialized_table` stays the current table, and its lineage with it.
 import dagster as dg
 from dagster_pyspark import PySparkResource
 
+from p2panda_assets.defs.assets import QUEUE_TAG
 from p2panda_assets.defs.resources import PostgresResource
 from p2panda_assets.errors import P2pandaError
 from p2panda_assets.pipeline.as_of import materialize_as_of
-
-QUEUE_TAG = {"p2panda/queue": "pipeline"}  # one pipeline run at a time (dagster.yaml)
 
 
 class AsOfVersion(dg.Config):

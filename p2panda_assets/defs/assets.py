@@ -176,6 +176,7 @@ def materialized_table(
 
 
 family = [raw_entries, decoded_messages, migration_plan, materialized_table]
+QUEUE_TAG = {"p2panda/queue": "pipeline"}  # the pipeline's runs, one at a time (dagster.yaml)
 # One process per run: the steps share one Spark session instead of starting one each
 # (seconds per step), which the latency goal of the sensors needs.
 materialize_schema_job = dg.define_asset_job(

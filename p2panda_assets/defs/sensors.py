@@ -30,7 +30,7 @@ from typing import Self
 import dagster as dg
 import psycopg
 
-from p2panda_assets.defs.assets import materialize_schema_job
+from p2panda_assets.defs.assets import QUEUE_TAG, materialize_schema_job
 from p2panda_assets.defs.partitions import schemas
 from p2panda_assets.defs.resources import PostgresResource
 from p2panda_assets.engine.corpus import Catalog
@@ -49,7 +49,6 @@ FAMILY = [
 ]
 UP_TO_PLAN = FAMILY[:3]  # verify and index, decode, fold: everything but the table
 PLAN_AND_TABLE = FAMILY[2:]
-QUEUE_TAG = {"p2panda/queue": "pipeline"}
 PARTITION_TAG = "dagster/partition"
 BUILT = ("materialized", "dropped")  # registry statuses of a schema whose table step ran
 QUEUED = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED]  # not begun
