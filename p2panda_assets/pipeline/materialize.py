@@ -397,7 +397,8 @@ def _cascade(
     this schema (iterated to a fixpoint), as `engine.cascade.apply_cascades` does. Only
     the joins the cascade `targets` need are run: each is a Spark job or more."""
     deleted = instances.filter("deleted").select("hash")
-    if not targets:
+    others = [checked_schema_id(s) for s in upstream if s != schema_id and s in targets]
+    if not others and schema_id not in targets:
         return deleted
     refs = (
         instances.select(
@@ -408,7 +409,6 @@ def _cascade(
         )
         .cache()
     )
-    others = [checked_schema_id(s) for s in upstream if s != schema_id and s in targets]
     if others:
         listed = ", ".join(f"'{s}'" for s in others)
         gone = read_query(
