@@ -18,7 +18,7 @@ from psycopg.rows import class_row
 
 from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.protocol.messages import format_schema_id
-from p2panda_assets.store.views import create_views, drop_views, lock_views
+from p2panda_assets.store.views import lock_views, refresh_views
 
 DATA_SCHEMA = "p2panda_data"
 AUTHOR_SIZE = 32
@@ -161,8 +161,7 @@ def register(
             """,
             (schema_id, author, log_id, name, table_name),
         ).fetchone()
-        drop_views(conn)  # a name given or changed may claim or free a view
-        create_views(conn)
+        refresh_views(conn)  # a name given or changed may claim or free a view
     assert row is not None
     return Registration(schema_id, table_name, row[0], row[1])
 

@@ -90,7 +90,8 @@ def create_views(conn: psycopg.Connection) -> None:
 
 
 def refresh_views(conn: psycopg.Connection) -> None:
-    """Views made anew from the registry, in one transaction (after a registration)."""
+    """Views made anew from the registry, in one transaction (or savepoint, inside the
+    caller's: a registration's)."""
     with conn.transaction():
         drop_views(conn)
         create_views(conn)
