@@ -32,6 +32,7 @@ from p2panda_assets.protocol.messages import (
     SchemaMeta,
     SchemaMigration,
     SchemaVersionRef,
+    check_field_name,
 )
 
 TOP_KEYS = ("meta", "fields")
@@ -99,6 +100,7 @@ def load_definition(path: str | Path) -> Definition:
         field_where = f"{where}: fields.{name}"
         if not isinstance(name, str):
             raise P2pandaError(Reason.BAD_FIELD_NAME, f"{field_where}: a field name is text")
+        check_field_name(name, f"{where}: field name")
         change = _table(change if change is not None else {}, field_where)
         _check_keys(change, CHANGE_KEYS, field_where)
         fields[name] = change

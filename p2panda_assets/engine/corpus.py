@@ -327,12 +327,17 @@ def instance_accounts(instance: Instance, lens: Lens, schema_id: str) -> Account
 
 
 def reduction_accounts(reduction: LogReduction, schema_id: str) -> Accounts:
-    """Accounts of a reduced log's rejected, pending and delete entries."""
+    """Accounts of a reduced log's rejected, pending and delete entries, and of the
+    messages that were held back for an instance a delete then deleted (superseded).
+    The messages of its instances are accounted by `instance_accounts`."""
     accounts = {h: Account.of(State.REJECTED, r, schema_id) for h, r in reduction.rejected.items()}
     accounts.update(
         {h: Account.of(State.PENDING, r, schema_id) for h, r in reduction.pending.items()}
     )
     accounts.update({h: Account(State.APPLIED, schema_id=schema_id) for h in reduction.deletes})
+    accounts.update(
+        {h: Account(State.SUPERSEDED, schema_id=schema_id) for h in reduction.superseded}
+    )
     return accounts
 
 

@@ -3,9 +3,17 @@
 Messages apply in log order. A create makes an instance (its id is the entry hash); an
 update or delete changes only an instance of the same author, in the same log. Each
 message's values are checked strictly at the version it names (a value that does not
-fit is a rejected message) and then migrated forward to the latest version. A message
-that must wait (unknown schema or version) holds back the rest of its log, so log order
-is kept when it is applied later.
+fit is a rejected message) and then migrated forward to the latest version.
+
+A message that must wait (unknown schema or version) is pending, and holds back only the
+later messages of its log that concern the same instance (its own, or the one it
+creates): they wait with it, so they apply in log order once it does, and every other
+instance of the log is reduced as usual. A delete never waits for them: the instance is
+deleted, and the messages held for it are superseded. Nor does a delete wait for the
+version it names when that names the log's own schema (deletes apply at any version,
+SPEC section 3, Revert); one that names a version hash not known yet cannot be told
+apart from a message of another schema, so it waits like any other message. Once every
+version has arrived nothing is held, and the reduction is that of plain log order.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from p2panda_assets.protocol.messages import (
     Delete,
     InstanceMessage,
     Message,
+    SchemaVersionRef,
     Update,
     VersionedSchema,
     is_instance_message,
@@ -75,9 +84,22 @@ class LogReduction:
     rejected: dict[bytes, Rejection] = field(default_factory=dict)
     pending: dict[bytes, Rejection] = field(default_factory=dict)  # with what it awaits
     deletes: list[bytes] = field(default_factory=list)  # applied delete entries
+    # Messages held back for an instance that a delete then deleted: they never applied,
+    # and never will change a row (a held create is the deleted instance's own message).
+    superseded: list[bytes] = field(default_factory=list)
 
 
 LogItem = tuple[int, bytes, Message | P2pandaError]
+
+
+@dataclass(slots=True)
+class _Hold:
+    """An instance held back by its first pending message: what that awaits, and every
+    message of the instance pending since, in log order."""
+
+    rejection: Rejection
+    entries: list[bytes] = field(default_factory=list)
+    create: tuple[int, bytes] | None = None  # (seq, entry hash) of its create, if held
 
 
 def reduce_log(
@@ -88,20 +110,41 @@ def reduce_log(
     resolve: Resolver,
     owner_of: OwnerLookup,
 ) -> LogReduction:
-    """Reduce the accepted entries (in seq order) of the log (author, log_id) of `history`."""
+    """Reduce the accepted entries (in seq order) of the log (author, log_id) of `history`.
+
+    A pending message holds back only the later messages of its own instance (see the
+    module docstring); a delete is never held back."""
     reduction = LogReduction()
-    waiting: Rejection | None = None
+    holds: dict[bytes, _Hold] = {}  # instance id -> what holds it back
+    log = (author, log_id)
     for seq, entry_hash, message in items:
-        if waiting is not None:
-            reduction.pending[entry_hash] = waiting
+        if isinstance(message, P2pandaError):
+            reduction.rejected[entry_hash] = Rejection(message.reason, message.message)
             continue
-        try:
-            _apply(
-                reduction, (author, log_id), history, seq, entry_hash, message, resolve, owner_of
+        if not is_instance_message(message):
+            reduction.rejected[entry_hash] = Rejection(
+                Reason.NOT_INSTANCE_MESSAGE, f"a {message.kind} message on an instance log"
             )
+            continue
+        instance_id = entry_hash if isinstance(message, Create) else message.instance
+        hold = holds.get(instance_id)
+        try:
+            if isinstance(message, Delete):
+                _delete(reduction, log, history, seq, entry_hash, message, resolve, owner_of, hold)
+                if hold is not None:
+                    del holds[instance_id]
+            elif hold is not None:
+                hold.entries.append(entry_hash)
+                reduction.pending[entry_hash] = hold.rejection
+            else:
+                _apply(reduction, log, history, seq, entry_hash, message, resolve, owner_of)
         except _Pending as pending:
-            waiting = pending.rejection
-            reduction.pending[entry_hash] = waiting
+            if hold is None:
+                hold = holds[instance_id] = _Hold(pending.rejection)
+            hold.entries.append(entry_hash)
+            if isinstance(message, Create):
+                hold.create = (seq, entry_hash)
+            reduction.pending[entry_hash] = pending.rejection
         except P2pandaError as error:
             reduction.rejected[entry_hash] = Rejection(error.reason, error.message)
     return reduction
@@ -118,50 +161,85 @@ def _apply(
     history: SchemaHistory,
     seq: int,
     entry_hash: bytes,
-    message: Message | P2pandaError,
+    message: Create | Update,
     resolve: Resolver,
     owner_of: OwnerLookup,
 ) -> None:
-    if isinstance(message, P2pandaError):
-        raise message
-    if not is_instance_message(message):
-        raise P2pandaError(
-            Reason.NOT_INSTANCE_MESSAGE, f"a {message.kind} message on an instance log"
-        )
+    """Apply a create or an update (raises `_Pending` or `P2pandaError` if it does not)."""
     version = _version_of(message, history, resolve)
+    assert version is not None
     if isinstance(message, Create):
         reduction.instances[entry_hash] = _create(
             message, log[0], history, version, seq, entry_hash
         )
         return
     instance = _target(reduction, log, message.instance, owner_of)
-    if isinstance(message, Delete):
-        instance.deleted_by = entry_hash
-        reduction.deletes.append(entry_hash)
-        return
-    assert version is not None
     _update(instance, message, history, version, seq, entry_hash)
+
+
+def _delete(
+    reduction: LogReduction,
+    log: tuple[bytes, int],
+    history: SchemaHistory,
+    seq: int,
+    entry_hash: bytes,
+    message: Delete,
+    resolve: Resolver,
+    owner_of: OwnerLookup,
+    hold: _Hold | None,
+) -> None:
+    """Apply a delete, whatever is pending for its instance: the messages held for it
+    are superseded. An instance whose create is held exists from now on only as deleted
+    (so its id is in the deleted set that cascades read, and later messages naming it
+    are rejected as they will be once its create applies)."""
+    _version_of(message, history, resolve)
+    own_create = None
+    if hold is not None and hold.create is not None:
+        create_seq, own_create = hold.create
+        reduction.instances[own_create] = Instance(
+            id=own_create,
+            author=log[0],
+            values={},
+            version=0,  # the version its create names is not known yet
+            seq=create_seq,
+            created_by=own_create,
+            messages=[own_create],  # accounted superseded, as the message of a deleted instance
+            deleted_by=entry_hash,
+        )
+    else:
+        _target(reduction, log, message.instance, owner_of).deleted_by = entry_hash
+    reduction.deletes.append(entry_hash)
+    for held in hold.entries if hold is not None else ():
+        del reduction.pending[held]
+        if held != own_create:
+            reduction.superseded.append(held)
 
 
 def _version_of(message: InstanceMessage, history: SchemaHistory, resolve: Resolver) -> int | None:
     """The version a message names, checked against its log's schema; None for a delete
-    that names none. Deletes apply whatever version they name, even a dead one."""
+    that names none. Deletes apply whatever version they name, even a dead one, and do
+    not wait for a version of their own log's schema that is not known yet."""
     if message.schema is None:
         return None
     resolved = resolve(message.schema)
     if isinstance(resolved, Waiting):
-        rejection = Rejection(resolved.reason, resolved.message)
         if resolved.rejected:
             raise P2pandaError(resolved.reason, resolved.message)
-        raise _Pending(rejection)
-    if resolved.history.schema_id != history.schema_id:
-        raise P2pandaError(
-            Reason.MIXED_LOG,
-            f"log holds {history.schema_id}, message names {resolved.history.schema_id}",
-        )
+        if isinstance(message, Delete) and isinstance(message.schema, SchemaVersionRef):
+            _same_schema(message.schema.schema_id, history)
+            return None
+        raise _Pending(Rejection(resolved.reason, resolved.message))
+    _same_schema(resolved.history.schema_id, history)
     if resolved.version in history.dead and not isinstance(message, Delete):
         raise P2pandaError(Reason.REVERTED_VERSION, f"version {resolved.version} was reverted")
     return resolved.version
+
+
+def _same_schema(schema_id: str, history: SchemaHistory) -> None:
+    if schema_id != history.schema_id:
+        raise P2pandaError(
+            Reason.MIXED_LOG, f"log holds {history.schema_id}, message names {schema_id}"
+        )
 
 
 def typed_values(

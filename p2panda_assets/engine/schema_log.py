@@ -27,6 +27,7 @@ from p2panda_assets.protocol.messages import (
     SchemaMeta,
     SchemaMigration,
     SchemaRevert,
+    check_field_name,
     format_schema_id,
     is_schema_message,
 )
@@ -152,8 +153,9 @@ def _revert_is_ignored(history: SchemaHistory, target: int, seq: int) -> bool:
 
 
 def apply_migration(lens: Lens, migration: SchemaMigration, seq: int) -> Lens:
-    """The lens after `migration`, or `P2pandaError` with why the migration is invalid."""
-    names = [change.name for change in migration.fields]
+    """The lens after `migration`, or `P2pandaError` with why the migration is invalid.
+    Names are compared exactly (case-sensitive: `a` and `A` are two fields)."""
+    names = [check_field_name(change.name, "field") for change in migration.fields]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise P2pandaError(Reason.DUPLICATE_FIELD_CHANGE, f"fields named twice: {duplicates}")

@@ -277,26 +277,38 @@ def _schema_name(value: object) -> str:
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # Unicode category Cc, exactly
 
+RESERVED_FIELD_NAMES = frozenset({"tableoid", "xmin", "cmin", "xmax", "cmax", "ctid"})
+"""PostgreSQL's system column names: a table cannot have a column of one of them. Names
+are case-sensitive (columns are always quoted), so `CTID` is a field like any other."""
+
 
 @lru_cache(maxsize=4096)
-def _valid_field_name(name: str) -> bool:
-    """Cached: the same few names recur on every message of a schema."""
+def valid_field_name(name: str) -> bool:
+    """SPEC section 2: 1..63 bytes of UTF-8, no control characters, not starting with `_`,
+    not a PostgreSQL system column name. Case-sensitive. (Cached: the same few names
+    recur on every message of a schema.)"""
     size = len(name.encode("utf-8", "surrogatepass"))
     return (
         1 <= size <= FIELD_NAME_MAX_BYTES
         and not name.startswith("_")
+        and name not in RESERVED_FIELD_NAMES
         and _CONTROL.search(name) is None
     )
 
 
-def _field_name(value: object, where: str) -> str:
-    name = _text(value, where)
-    if not _valid_field_name(name):
+def check_field_name(name: str, where: str) -> str:
+    """`name` if it is a valid field name, else `bad-field-name` naming `where`."""
+    if not valid_field_name(name):
         raise _fail(
             Reason.BAD_FIELD_NAME,
-            f"{where} {name[:70]!r} must be 1..63 bytes, no control characters, not '_...'",
+            f"{where} {name[:70]!r} must be 1..63 bytes, no control characters, not '_...',"
+            f" not one of {', '.join(sorted(RESERVED_FIELD_NAMES))}",
         )
     return name
+
+
+def _field_name(value: object, where: str) -> str:
+    return check_field_name(_text(value, where), where)
 
 
 _SCALAR_TYPES = frozenset({bool, int, float, str, bytes, datetime})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -251,3 +252,38 @@ def test_a_missing_file_is_unreadable(tmp_path: Path) -> None:
     with pytest.raises(P2pandaError) as caught:
         load_definition(tmp_path / "nope.yaml")
     assert caught.value.reason is Reason.UNREADABLE_FILE
+
+
+@pytest.mark.parametrize("column", ["tableoid", "xmin", "cmin", "xmax", "cmax", "ctid"])
+@pytest.mark.parametrize("suffix", ["yaml", "toml"])
+def test_a_system_column_name_is_a_bad_field_name_before_publishing(
+    tmp_path: Path, column: str, suffix: str
+) -> None:
+    text = (
+        f"fields:\n  subject:\n    type: text\n  {column}:\n    type: text\n"
+        if suffix == "yaml"
+        else f'[fields.subject]\ntype = "text"\n[fields.{column}]\ntype = "text"\n'
+    )
+    with pytest.raises(P2pandaError) as caught:
+        load_definition(write(tmp_path, f"mail.{suffix}", text))
+    assert caught.value.reason is Reason.BAD_FIELD_NAME
+    assert f"mail.{suffix}" in caught.value.message and column in caught.value.message
+
+
+@pytest.mark.parametrize("name", ["_id", "", "new\nline"])
+def test_other_bad_field_names_are_refused_when_the_file_is_read(tmp_path: Path, name: str) -> None:
+    path = tmp_path / "mail.json"
+    path.write_text(json.dumps({"fields": {name: {"type": "text"}}}))
+    with pytest.raises(P2pandaError) as caught:
+        load_definition(path)
+    assert caught.value.reason is Reason.BAD_FIELD_NAME
+
+
+def test_a_and_capital_a_in_a_definition_are_two_fields(tmp_path: Path) -> None:
+    path = write(tmp_path, "cases.yaml", "fields:\n  a:\n    type: text\n  A:\n    type: integer\n")
+    definition = load_definition(path)
+    assert list(definition.fields) == ["a", "A"]
+    migration = migration_message(author_with(), definition, EMPTY_LENS)
+    assert migration is not None
+    lens = apply_migration(EMPTY_LENS, migration, 2)
+    assert [(n, str(s.type)) for n, s in lens.items()] == [("a", "text"), ("A", "integer")]

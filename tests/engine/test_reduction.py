@@ -191,20 +191,25 @@ def test_a_schema_message_on_an_instance_log_is_rejected(corpus) -> None:
     assert account(reduce_corpus(corpus.pairs), meta).reason is Reason.NOT_INSTANCE_MESSAGE
 
 
-def test_a_message_naming_an_unknown_version_waits_and_holds_back_its_log(corpus) -> None:
+def test_a_message_naming_an_unknown_version_waits_with_its_instance_only(corpus) -> None:
     schema = slothmail(corpus)
     alice = instances(corpus.author(2), 1)
     applied = alice.create(schema.ref(2), subject="now")
     early = alice.create(schema.ref(3), subject="from the future")
-    held = alice.create(schema.ref(2), subject="after it in the log")
+    held = alice.update(schema.ref(2), early, subject="after it in the log")
+    other = alice.create(schema.ref(2), subject="another instance, after it in the log")
     result = reduce_corpus(corpus.pairs)
     assert account(result, applied).state is State.APPLIED
+    assert account(result, other).state is State.APPLIED
     assert account(result, early).state is State.PENDING
     assert account(result, early).reason is Reason.AWAITING_VERSION
     assert account(result, held).state is State.PENDING
+    assert account(result, held).reason is Reason.AWAITING_VERSION
+    assert set(rows(result, schema)) == {applied, other}
     schema.migrate(create_field("tag", "text"))  # version 3 arrives
     result = reduce_corpus(corpus.pairs)
-    assert {account(result, h).state for h in (applied, early, held)} == {State.APPLIED}
+    assert {account(result, h).state for h in (applied, early, held, other)} == {State.APPLIED}
+    assert rows(result, schema)[early]["subject"] == "after it in the log"
 
 
 def test_a_message_naming_a_rejected_version_is_rejected(corpus) -> None:

@@ -16,6 +16,7 @@ from p2panda_assets.protocol.fieldtypes import BaseType, FieldType
 from p2panda_assets.protocol.messages import (
     ABSENT,
     INSTANCE_MESSAGE_TYPES,
+    RESERVED_FIELD_NAMES,
     SCHEMA_MESSAGE_TYPES,
     Create,
     Delete,
@@ -409,6 +410,44 @@ def test_field_names_must_be_1_to_63_bytes_without_control_or_leading_underscore
     assert reason_of(migration({"name": name, "action": "remove"})) is Reason.BAD_FIELD_NAME
 
 
+SYSTEM_COLUMNS = ["tableoid", "xmin", "cmin", "xmax", "cmax", "ctid"]
+
+
+def test_the_reserved_field_names_are_postgresqls_system_columns() -> None:
+    assert frozenset(SYSTEM_COLUMNS) == RESERVED_FIELD_NAMES
+
+
+@pytest.mark.parametrize("name", SYSTEM_COLUMNS)
+def test_postgresql_system_column_names_are_bad_field_names(name: str) -> None:
+    created = {"name": name, "action": "create", "type": "text"}
+    assert reason_of(migration(created)) is Reason.BAD_FIELD_NAME
+    assert reason_of(migration({"name": name, "action": "remove"})) is Reason.BAD_FIELD_NAME
+    assert reason_of(create(**{name: "x"})) is Reason.BAD_FIELD_NAME
+    update = {"kind": "update", "schema": VERSION, "instance": HASH, "fields": {name: 1}}
+    assert reason_of(update) is Reason.BAD_FIELD_NAME
+    with pytest.raises(P2pandaError) as caught:
+        encode_message(SchemaMigration((FieldChange(name, "create", FieldType.parse("text")),)))
+    assert caught.value.reason is Reason.BAD_FIELD_NAME
+    assert name in caught.value.message
+
+
+@pytest.mark.parametrize("name", ["CTID", "Xmin", "ctid_", "my ctid", "oid"])
+def test_names_that_only_resemble_system_columns_are_fields(name: str) -> None:
+    decoded = decode_message(encode_cbor(migration({"name": name, "action": "remove"})))
+    assert decoded == SchemaMigration((FieldChange(name, "remove"),))
+
+
+def test_field_names_are_case_sensitive() -> None:
+    text = FieldType.parse("text")
+    both = SchemaMigration(
+        (FieldChange("a", "create", text), FieldChange("A", "create", FieldType.parse("integer")))
+    )
+    assert decode_message(encode_message(both)) == both
+    message = decode_message(encode_cbor(create(a="lower", A="upper")))
+    assert isinstance(message, Create)
+    assert message.fields == (("a", "lower"), ("A", "upper"))
+
+
 @pytest.mark.parametrize("type_text", ["string", "Text", "text[][]", "int", "[]", ""])
 def test_unknown_field_type_is_rejected(type_text: str) -> None:
     change = {"name": "a", "action": "create", "type": type_text}
@@ -519,7 +558,9 @@ versioned = st.one_of(version_refs, st.builds(SchemaHashRef, hashes))
 schema_refs = st.one_of(versioned, st.builds(SchemaLogRef, authors, uints))
 field_names = st.text(
     st.characters(exclude_categories=("Cc", "Cs")), min_size=1, max_size=20
-).filter(lambda n: not n.startswith("_") and len(n.encode()) <= 63)
+).filter(
+    lambda n: not n.startswith("_") and len(n.encode()) <= 63 and n not in RESERVED_FIELD_NAMES
+)
 scalars = st.one_of(
     st.booleans(),
     st.integers(min_value=-(2**64), max_value=2**64 - 1),
