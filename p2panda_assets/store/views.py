@@ -9,22 +9,50 @@ Names are data chosen by strangers, so a view name is only ever composed with
 registry's `view_conflict` says why, and registering one schema with `--name` resolves
 it. A name over 63 bytes gets no view either (PostgreSQL would cut it silently).
 
-The views are derived from the registry alone. `drop_views` and `create_views` run in
-the caller's transaction around a table swap: a view depends on its table, and readers
-see the old views or the new ones.
+A view has no constraints of its own, so its comment starts with PostGraphile's smart
+tags (v4, `graphile-build-pg`'s `parseTags`): `@primaryKey _instance_id`, so that one
+row can be fetched by its instance id, and `@foreignKey (field) references "view"
+(_instance_id)` for each single (non-array) relation field of the lens the table was
+built with whose target schema has a view, so that apps follow relations. The
+description follows the tags; a description line that starts with `@` (after blanks)
+is prefixed with a backslash, so an author's description never adds a tag. A name that
+a smart tag cannot carry exactly (PostGraphile splits tags on `|`, `,` and line breaks,
+and does not unescape quotes) gets no foreign key.
+
+The views are derived from the registry and the registered schemas' logs in the store.
+`drop_views` and `create_views` run in the caller's transaction around a table swap: a
+view depends on its table, and readers see the old views or the new ones.
 """
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import psycopg
 from psycopg import sql
 
+from p2panda_assets.engine.corpus import Catalog
+from p2panda_assets.engine.lens import Lens
+from p2panda_assets.engine.relations import HashIndex, relation_target
+from p2panda_assets.store.catalog import load_catalog
+
 API_SCHEMA = "p2panda_api"
 MAX_IDENTIFIER = 63  # bytes: PostgreSQL's NAMEDATALEN - 1
 VIEWS_LOCK_KEY = 0x7032_7061_6E64_6176  # "p2pandav": an advisory lock of the product's
+KEY_COLUMN = "_instance_id"
+RELATION_COLUMN_TYPE = "text"  # a single relation's column (`relation[]` is text[])
+
+# Characters a name in a smart tag's constraint spec cannot carry exactly: PostGraphile v4
+# splits a tag's value on `|`, column lists on `,`, the spec's parts on `(`, `)` and `.`,
+# comments into lines on line breaks; it strips the outer quotes of a name without
+# unescaping inner ones.
+_UNTAGGABLE = re.compile(r'[()|,."\x00-\x1f\x7f-\x9f\u2028\u2029]')
+# The start of a line that a smart comment parser could read as a tag: PostGraphile v4
+# at `@`, v5 also after leading spaces and tabs.
+_TAG_LIKE = re.compile(r"(^|[\r\n])([ \t]*@)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +64,9 @@ class _Claim:
     version: int | None  # None: the current table
     table_name: str
     built: bool  # the table exists
-    comment: str | None
+    comment: str | None  # the schema's description
+    built_version: int | None  # the schema version the table was built at
+    built_hash: str | None  # that version's entry hash (hex)
 
 
 def lock_views(conn: psycopg.Connection) -> None:
@@ -57,23 +87,26 @@ def drop_views(conn: psycopg.Connection) -> None:
 
 
 def create_views(conn: psycopg.Connection) -> None:
-    """Create the views the registry names (after `drop_views`), and record in the
-    registry which view each schema got, or why it got none."""
+    """Create the views the registry names (after `drop_views`), with their smart
+    comments, and record in the registry which view each schema got, or why it got none."""
     claims: dict[str, list[_Claim]] = defaultdict(list)
     for claim in _claims(conn):
         claims[claim.view].append(claim)
     current: dict[str, tuple[str | None, str | None]] = {}  # schema -> (view, conflict)
     versions: list[tuple[str, int, str | None]] = []
+    made: list[_Claim] = []
     for view, holders in sorted(claims.items()):
         conflict = _conflict(view, holders)
         for claim in holders:
-            made = conflict is None and claim.built
-            if made:
+            if conflict is None and claim.built:
                 _create_view(conn, claim)
+                made.append(claim)
+            view_made = view if conflict is None and claim.built else None
             if claim.version is None:
-                current[claim.schema_id] = (view if made else None, conflict)
+                current[claim.schema_id] = (view_made, conflict)
             else:
-                versions.append((claim.schema_id, claim.version, view if made else None))
+                versions.append((claim.schema_id, claim.version, view_made))
+    _comment_views(conn, made)
     conn.execute("UPDATE p2panda.schemas SET view_name = NULL, view_conflict = NULL")
     for schema_id, (view, conflict) in current.items():
         conn.execute(
@@ -97,16 +130,137 @@ def refresh_views(conn: psycopg.Connection) -> None:
         create_views(conn)
 
 
+# --- smart comments ---------------------------------------------------------------------
+
+
+def smart_comment(
+    primary_key: bool, foreign_keys: Iterable[tuple[str, str]], description: str | None
+) -> str | None:
+    """A view's comment: the smart tags (`_instance_id` as primary key; a foreign key
+    from each (column, target view) to the target's `_instance_id`), then the
+    description, escaped. None when there is nothing to say. A foreign key whose names a
+    tag cannot carry exactly is left out."""
+    lines = [f"@primaryKey {KEY_COLUMN}"] if primary_key else []
+    for column, view in foreign_keys:
+        quoted_column, quoted_view = tag_name(column), tag_name(view)
+        if quoted_column is not None and quoted_view is not None:
+            lines.append(f"@foreignKey ({quoted_column}) references {quoted_view} ({KEY_COLUMN})")
+    if description:
+        lines.append(escape_description(description))
+    return "\n".join(lines) or None
+
+
+def tag_name(name: str) -> str | None:
+    """`name` quoted as a smart tag's constraint spec reads it back exactly, or None."""
+    return None if _UNTAGGABLE.search(name) else f'"{name}"'
+
+
+def escape_description(text: str) -> str:
+    """The description with a backslash before each line that a smart comment parser
+    could take for a tag (`@…`, after blanks), so a description can never add a tag."""
+    return _TAG_LIKE.sub(r"\1\\\2", text)
+
+
+def relation_keys(
+    lens: Lens,
+    hash_index: HashIndex,
+    views_by_schema: Mapping[str, str],
+    columns: Mapping[str, str],
+) -> list[tuple[str, str]]:
+    """(column, target view) for each single relation field of `lens` whose target
+    schema has a view and whose column the view has as a scalar `text`; in lens order."""
+    keys = []
+    for name, spec in lens.items():
+        if spec.relation is None or not spec.type.is_relation or spec.type.is_array:
+            continue
+        target = relation_target(spec.relation, hash_index)
+        view = views_by_schema.get(target) if target is not None else None
+        if view is not None and columns.get(name) == RELATION_COLUMN_TYPE:
+            keys.append((name, view))
+    return keys
+
+
+def _comment_views(conn: psycopg.Connection, made: list[_Claim]) -> None:
+    """Each view's comment: primary key, foreign keys (to views keyed on `_instance_id`,
+    from the lens its table was built with), description."""
+    if not made:
+        return
+    columns = _view_columns(conn)
+    keyed = {c.view for c in made if KEY_COLUMN in columns.get(c.view, {})}
+    views_by_schema = {c.schema_id: c.view for c in made if c.version is None and c.view in keyed}
+    catalog = _registered_catalog(conn)
+    for claim in made:
+        view_columns = columns.get(claim.view, {})
+        lens = built_lens(catalog, claim.schema_id, claim.built_version, claim.built_hash)
+        keys = (
+            relation_keys(lens, catalog.hash_index, views_by_schema, view_columns)
+            if lens is not None
+            else []
+        )
+        comment = smart_comment(claim.view in keyed, keys, claim.comment)
+        if comment is not None:
+            conn.execute(
+                sql.SQL("COMMENT ON VIEW {} IS {}").format(
+                    sql.Identifier(API_SCHEMA, claim.view), sql.Literal(comment)
+                )
+            )
+
+
+def _view_columns(conn: psycopg.Connection) -> dict[str, dict[str, str]]:
+    """Column name -> type, per view of `p2panda_api`."""
+    rows = conn.execute(
+        """
+        SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod)
+        FROM pg_class c
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+        WHERE n.nspname = %s AND c.relkind = 'v'
+        """,
+        (API_SCHEMA,),
+    ).fetchall()
+    columns: dict[str, dict[str, str]] = defaultdict(dict)
+    for view, column, type_ in rows:
+        columns[view][column] = type_
+    return columns
+
+
+def _registered_catalog(conn: psycopg.Connection) -> Catalog:
+    """The registered schemas' logs folded (a relation can only lead to a view of a
+    registered schema, and its version hashes are in these logs)."""
+    rows = conn.execute("SELECT schema_id, author, log_id FROM p2panda.schemas").fetchall()
+    keys = [(bytes(author), int(log_id)) for _, author, log_id in rows]
+    return load_catalog(conn, keys, {schema_id for schema_id, _, _ in rows})
+
+
+def built_lens(
+    catalog: Catalog, schema_id: str, version: int | None, version_hash: str | None
+) -> Lens | None:
+    """The lens of the schema at `version`, the version a table was built at, if the
+    store's log has that very version (entry hash `version_hash`); else None."""
+    history = catalog.histories.get(schema_id)
+    if history is None or version is None or version_hash is None:
+        return None
+    built = history.versions.get(version)
+    if built is None or built.hash.hex() != version_hash.lower():
+        return None
+    return built.lens
+
+
+# --- claims -----------------------------------------------------------------------------
+
+
 def _claims(conn: psycopg.Connection) -> list[_Claim]:
     rows = conn.execute(
         """
         SELECT coalesce(s.registered_name, s.name), s.schema_id, NULL::bigint, s.table_name,
-               to_regclass(s.table_name) IS NOT NULL, s.description
+               to_regclass(s.table_name) IS NOT NULL, s.description, s.version,
+               s.version_hash
         FROM p2panda.schemas s
         WHERE coalesce(s.registered_name, s.name) IS NOT NULL
         UNION ALL
         SELECT coalesce(s.registered_name, s.name) || '@' || v.version, s.schema_id,
-               v.version, v.table_name, to_regclass(v.table_name) IS NOT NULL, s.description
+               v.version, v.table_name, to_regclass(v.table_name) IS NOT NULL, s.description,
+               v.version, v.version_hash
         FROM p2panda.schema_versions v JOIN p2panda.schemas s USING (schema_id)
         WHERE coalesce(s.registered_name, s.name) IS NOT NULL
         """
@@ -130,5 +284,3 @@ def _create_view(conn: psycopg.Connection, claim: _Claim) -> None:
     conn.execute(
         sql.SQL("CREATE VIEW {} AS SELECT * FROM {}").format(view, sql.Identifier(schema, table))
     )
-    if claim.comment:
-        conn.execute(sql.SQL("COMMENT ON VIEW {} IS {}").format(view, sql.Literal(claim.comment)))
