@@ -18,13 +18,14 @@ again; it never downgrades: a `too-new` table stays as it is.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 
 import psycopg
 
 from p2panda_assets.engine.schema_log import SchemaHistory
-from p2panda_assets.errors import P2pandaError
+from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.store.catalog import load_catalog
 from p2panda_assets.store.registry import RegistryRow, parse_schema_id, registered_schemas
 
@@ -123,9 +124,39 @@ def ensure(schema: str, version: int, version_hash: str | None = None) -> CheckR
 
 
 def _named(rows: list[RegistryRow], schema: str) -> list[RegistryRow]:
-    if _schema_id_or_none(schema) is not None:
-        return [row for row in rows if row.schema_id == schema]
-    return [row for row in rows if row.shown_name == schema]
+    ids = set(schemas_named(schema, {row.schema_id: row.shown_name for row in rows}))
+    return [row for row in rows if row.schema_id in ids]
+
+
+def schemas_named(schema: str, names: Mapping[str, str | None]) -> list[str]:
+    """The schema ids `schema` names among `names` (schema id -> its name): itself if it
+    is a schema id, else every schema of that name."""
+    if is_schema_id(schema):
+        return [schema_id for schema_id in names if schema_id == schema]
+    return [schema_id for schema_id, name in names.items() if name == schema]
+
+
+def resolve_schema_id(schema: str, names: Mapping[str, str | None], where: str) -> str:
+    """The schema id a command's argument stands for: a schema id as it is (the command
+    says if it knows none such), a name if exactly one schema in `names` has it (`where`
+    says where they are, as in "is registered"); else `awaiting-schema` or `bad-input`."""
+    if is_schema_id(schema):
+        return schema
+    ids = schemas_named(schema, names)
+    if not ids:
+        raise P2pandaError(Reason.AWAITING_SCHEMA, f"no schema named {schema!r} {where}")
+    if len(ids) > 1:
+        raise P2pandaError(
+            Reason.BAD_INPUT,
+            f"{len(ids)} schemas are named {schema!r} ({', '.join(sorted(ids))}):"
+            " name one by its schema id",
+        )
+    return ids[0]
+
+
+def is_schema_id(text: str) -> bool:
+    """Is `text` a schema id (`<author hex>-<log id>`) rather than a name?"""
+    return _schema_id_or_none(text) is not None
 
 
 def _schema_id_or_none(text: str) -> str | None:

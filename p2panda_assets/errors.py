@@ -83,6 +83,8 @@ class Reason(StrEnum):
     SCHEMA_EXISTS = "schema-exists"  # `panda schema NAME init` for a name already authored here
     UNKNOWN_SCHEMA = "unknown-schema"  # a command names a schema this home does not know
     DATABASE_UNAVAILABLE = "database-unavailable"  # the database cannot be started or reached
+    INTERNAL = "internal"  # a failure of the product itself (a bug, or a refused write)
+    BUSY = "busy"  # another run holds the pipeline lock for too long
     # --- pending: what an entry waits for -------------------------------------------
     AWAITING_ENTRY = "awaiting-entry"  # an earlier entry of its log has not arrived
     AWAITING_SCHEMA = "awaiting-schema"  # the schema (log) is not known or registered

@@ -1,12 +1,12 @@
-"""The local author key: one ed25519 key under `$P2PANDA_HOME`, owner-only permissions."""
+"""The local author key: one ed25519 key under `$P2PANDA_HOME`, in a file of its own that
+only the owner can read (the home itself stays passable for the embedded server)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from p2panda_assets.errors import P2pandaError, Reason
-from p2panda_assets.home import p2panda_home, private_dir
+from p2panda_assets.home import ensure_home, p2panda_home, write_private_file
 from p2panda_assets.protocol.keys import KeyPair
 
 KEY_FILE = "author.key"
@@ -21,14 +21,11 @@ def create_key(home: Path | None = None, *, force: bool = False) -> KeyPair:
     path = key_path(home)
     if path.exists() and not force:
         raise P2pandaError(Reason.KEY_EXISTS, f"a key is already stored at {path}")
-    private_dir(path.parent)
+    ensure_home(path.parent)
     key_pair = KeyPair.generate()
-    # Create with 0600 from the start: the secret is never readable by others, not even
-    # between open and chmod.
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as file:
-        file.write(key_pair.private_key.hex() + "\n")
-    path.chmod(0o600)
+    # 0600 from the start: the secret is never readable by others, not even between
+    # open and chmod.
+    write_private_file(path, key_pair.private_key.hex() + "\n")
     return key_pair
 
 

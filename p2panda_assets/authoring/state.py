@@ -6,7 +6,8 @@ them), the payloads of schema messages (to fold the local schema log into its le
 check a migration before publishing it), and the instances of each instance log (to
 refuse an update or delete the engine would reject). Losing this file means the logs
 cannot be continued without a fork, so it is only ever replaced whole, atomically, and
-kept readable by the owner only.
+kept readable by the owner only (the file, 0600: the home it is in stays passable for
+the embedded server's user).
 
 Layout (`format` 1), keyed by author so a second key never continues the first's logs:
 
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from p2panda_assets.errors import P2pandaError, Reason
-from p2panda_assets.home import private_dir
+from p2panda_assets.home import PRIVATE_FILE_MODE, ensure_home
 
 STATE_FILE = "authoring.json"
 LOCK_FILE = "authoring.lock"
@@ -116,8 +117,8 @@ def state_path(home: Path) -> Path:
 @contextmanager
 def state_lock(home: Path) -> Iterator[None]:
     """Hold the home's authoring lock: two commands appending to one log would fork it."""
-    private_dir(home)
-    fd = os.open(home / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    ensure_home(home)
+    fd = os.open(home / LOCK_FILE, os.O_RDWR | os.O_CREAT, PRIVATE_FILE_MODE)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -146,7 +147,7 @@ def write_state_aside(home: Path, state: AuthoringState) -> Path:
     `mkstemp` creates it 0600, so the secret-free but private state is never readable by
     others; it is fsynced, so the replace swaps in a complete file.
     """
-    private_dir(home)
+    ensure_home(home)
     fd, name = tempfile.mkstemp(prefix=".authoring-", suffix=".json", dir=home)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as file:

@@ -27,6 +27,7 @@ from pathlib import Path
 from psycopg import sql
 
 from p2panda_assets.errors import P2pandaError, Reason
+from p2panda_assets.home import ensure_home, write_private_file
 from p2panda_assets.protocol.keys import KeyPair
 
 RESOURCES = Path(__file__).resolve().parents[2] / "resources"
@@ -69,9 +70,8 @@ class Author:
 
     def __init__(self, home: Path, story: Path) -> None:
         self.home, self.story = home, story
-        home.mkdir(parents=True, exist_ok=True)
-        (home / "author.key").write_text(DEMO_KEY.hex() + "\n")
-        (home / "author.key").chmod(0o600)
+        ensure_home(home)
+        write_private_file(home / "author.key", DEMO_KEY.hex() + "\n")
         self.public_key = KeyPair.from_private_key(DEMO_KEY).public_key.hex()
 
     def run(self, *argv: str) -> str:

@@ -1,5 +1,6 @@
-"""`panda preview FILE... --schema SCHEMA_ID`: the rows a schema's table would hold,
-computed by the pure engine (no Spark, no database)."""
+"""`panda preview FILE... --schema NAME|SCHEMA_ID`: the rows a schema's table would hold,
+computed by the pure engine (no Spark, no database). A name is the one in the schema's
+meta message, and must be carried by exactly one schema of the input."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from p2panda_assets.jsonlines import BadLine, read_entry_lines
 def register(subparsers: argparse._SubParsersAction) -> None:
     preview = subparsers.add_parser("preview", help="rows a schema's table would hold")
     preview.add_argument("files", nargs="+", metavar="FILE", help="JSON lines of entries")
-    preview.add_argument("--schema", required=True, metavar="SCHEMA_ID")
+    preview.add_argument("--schema", required=True, metavar="NAME|SCHEMA_ID")
     preview.add_argument(
         "--trace", action="store_true", help="add _entry: the entry that last wrote each row"
     )
@@ -24,6 +25,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_preview(args: argparse.Namespace) -> int:
+    from p2panda_assets.coordination import resolve_schema_id  # imports psycopg: only here
+
     pairs = []
     for item in read_entry_lines(args.files):
         if isinstance(item, BadLine):
@@ -34,12 +37,14 @@ def run_preview(args: argparse.Namespace) -> int:
         else:
             pairs.append(item)
     corpus = reduce_corpus(pairs)
-    table = corpus.tables.get(args.schema)
+    names = {schema_id: history.name for schema_id, history in corpus.histories.items()}
+    schema_id = resolve_schema_id(args.schema, names, "is in the input")
+    table = corpus.tables.get(schema_id)
     if table is None:
-        why = corpus.waiting.get(args.schema)
+        why = corpus.waiting.get(schema_id)
         if why is not None:
             raise P2pandaError(why.reason, why.message)
-        raise P2pandaError(Reason.AWAITING_SCHEMA, f"no schema {args.schema} in the input")
+        raise P2pandaError(Reason.AWAITING_SCHEMA, f"no schema {schema_id} in the input")
     for row in table.rows:
         print(json.dumps(row_json(table, row, args.trace), ensure_ascii=False))
     return 0

@@ -23,6 +23,9 @@ def spark_master() -> str:
 
 def spark_config(master: str | None = None) -> dict[str, Any]:
     """The settings every session of the product uses."""
+    # The driver logs errors only, on stderr: the package's log4j2.properties, named by
+    # a file URI (no spaces for Spark to split the Java options at).
+    log4j2 = (Path(__file__).resolve().parents[1] / "log4j2.properties").as_uri()
     return {
         "spark.master": master or spark_master(),
         "spark.app.name": "p2panda-assets",
@@ -31,13 +34,12 @@ def spark_config(master: str | None = None) -> dict[str, Any]:
         "spark.sql.shuffle.partitions": os.environ.get("P2PANDA_SHUFFLE_PARTITIONS", "8"),
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.ui.enabled": "false",
-        "spark.log.level": "ERROR",
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.memory": os.environ.get("P2PANDA_DRIVER_MEMORY", "2g"),
         "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
         "spark.pyspark.python": sys.executable,
         # Timestamps cross JDBC as wall-clock values of the JVM's zone: make it UTC.
-        "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
+        "spark.driver.extraJavaOptions": f"-Duser.timezone=UTC -Dlog4j2.configurationFile={log4j2}",
         "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
     }
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import psycopg
 
-from p2panda_assets.home import p2panda_home
+from p2panda_assets.home import ensure_home, p2panda_home
 
 SYSTEM_USER = "p2panda-pg"  # runs the server when we are root
 DATABASE_USER = "postgres"
@@ -82,12 +82,18 @@ def url_for_port(port: int) -> str:
 def ensure_embedded(home: Path | None = None) -> str:
     """The URL of the embedded server under `home`, starting it first if it is not up."""
     where = layout(home)
-    where.root.mkdir(parents=True, exist_ok=True)
+    ensure_home(where.root.parent)  # owner-only if new: as root, `_prepare` opens a way
+    where.root.mkdir(exist_ok=True)
     with _locked(where):
         port = running_port(where)
-        if port is not None:
-            return url_for_port(port)
         user = _server_user()
+        if port is not None:
+            if user is not None:
+                # A running server reopens files by their absolute paths (pg_control at
+                # every checkpoint): keep the way to its data dir open, should anything
+                # have closed it since it started.
+                _make_traversable(where.data, user)
+            return url_for_port(port)
         _prepare(where, user)
         return url_for_port(_start(where, user))
 
@@ -107,6 +113,30 @@ def stop_embedded(home: Path | None = None) -> bool:
             _make_traversable(where.data, user)
         _pg_ctl(user, ["-D", str(where.data), "-w", "-t", str(START_TIMEOUT), "-m", "fast", "stop"])
         return True
+
+
+@dataclass(frozen=True, slots=True)
+class ServerStatus:
+    """Where the embedded server under one `$P2PANDA_HOME` stands."""
+
+    running: bool
+    pid: int | None  # the postmaster's, while it runs
+    port: int | None  # the port it listens on; stopped: the one it will try first
+    data: Path
+    log: Path
+
+    @property
+    def url(self) -> str | None:
+        return url_for_port(self.port) if self.running and self.port is not None else None
+
+
+def embedded_status(home: Path | None = None) -> ServerStatus:
+    """Is the embedded server under `home` up (and answering)? Starts and creates nothing."""
+    where = layout(home)
+    port = running_port(where)
+    if port is not None:
+        return ServerStatus(True, _postmaster_pid(where), port, where.data, where.log)
+    return ServerStatus(False, None, _remembered_port(where), where.data, where.log)
 
 
 # --- detecting a running server ----------------------------------------------------
@@ -216,12 +246,16 @@ def _log_tail(where: Layout, lines: int = 20) -> str:
         return "(no log)"
 
 
+def _remembered_port(where: Layout) -> int | None:
+    try:
+        return int(where.port_file.read_text().strip())
+    except (FileNotFoundError, NotADirectoryError, ValueError):
+        return None
+
+
 def _choose_port(where: Layout) -> int:
     """The remembered port while it is free, else a new free one (then remembered)."""
-    try:
-        remembered = int(where.port_file.read_text().strip())
-    except (FileNotFoundError, ValueError):
-        remembered = None
+    remembered = _remembered_port(where)
     if remembered is not None and _port_is_free(remembered):
         return remembered
     port = _free_port()
@@ -366,7 +400,8 @@ def _ensure_system_user(name: str) -> pwd.struct_passwd:
 def _make_traversable(path: Path, user: pwd.struct_passwd) -> None:
     """Let the server's user reach `path`: add search (x, not read) permission for others
     on `path` and every directory above it that the user does not own. Needed because
-    `$P2PANDA_HOME` may be owner-only (`panda key new` makes it so)."""
+    `$P2PANDA_HOME` may be owner-only (as `panda key new` creates it); the product never
+    takes the permission away again (`home.ensure_home`)."""
     for directory in (path, *path.parents):
         info = directory.stat()
         if info.st_uid != user.pw_uid and not info.st_mode & stat.S_IXOTH:

@@ -14,8 +14,15 @@ from p2panda_assets.cli.main import main
 from p2panda_assets.protocol.keys import KeyPair
 
 ENTRY_KEYS = {
-    "author", "log_id", "seq_num", "lipmaa_link", "backlink", "payload_size",
-    "payload_hash", "signature", "hash",
+    "author",
+    "log_id",
+    "seq_num",
+    "lipmaa_link",
+    "backlink",
+    "payload_size",
+    "payload_hash",
+    "signature",
+    "hash",
 }
 
 
