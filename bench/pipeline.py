@@ -16,7 +16,13 @@ names, else on an embedded server in a temporary `$P2PANDA_HOME`, stopped at the
 `SPARK_MASTER`, `P2PANDA_SHUFFLE_PARTITIONS` and `P2PANDA_DRIVER_MEMORY` apply as usual.
 The last line printed is one JSON object.
 
-    .venv/bin/python bench/pipeline.py [--entries 1000000] [--seed 7]
+With `--incremental N`, N more entries are generated with the corpus and held back: the
+newest entries of every instance log (new instances, updates, deletes over all schemas)
+and the last migration of the first schema. After the measured run they are ingested
+and the pipeline runs again: `incremental_seconds` (ingest included) and
+`incremental_fraction` = incremental_seconds / seconds.
+
+    .venv/bin/python bench/pipeline.py [--entries 1000000] [--incremental 10000] [--seed 7]
 """
 
 from __future__ import annotations
@@ -57,7 +63,8 @@ from p2panda_assets.jsonlines import entry_line, read_entry_lines
 from p2panda_assets.pipeline import index as index_module
 from p2panda_assets.pipeline import run as run_module
 from p2panda_assets.pipeline.spark import build_session, spark_config, spark_master
-from p2panda_assets.store.database import DATABASE_URL_ENV, connect, ensure_schema, jdbc_options
+from p2panda_assets.protocol.entry import decode_entry
+from p2panda_assets.store.database import DATABASE_URL_ENV, connect, ensure_schema
 from p2panda_assets.store.embedded import ensure_embedded, layout, stop_embedded
 from p2panda_assets.store.ingest import ingest
 from p2panda_assets.store.registry import register
@@ -204,6 +211,39 @@ def generate(entries: int, seed: int, workers: int) -> tuple[Path, float, bool]:
     finally:
         shutil.rmtree(parts, ignore_errors=True)
     return path, time.perf_counter() - started, False
+
+
+def split_for_increment(path: Path, new: int) -> tuple[Path, Path]:
+    """The corpus as the store first gets it, and the `new` entries that arrive later:
+    the newest entries of every instance log (taken round robin over the logs, so they
+    spread over all schemas: creates, updates and deletes), and the last migration of
+    the first schema. Cached beside the corpus."""
+    base, later = (path.with_suffix(f".{part}-{new}.jsonl") for part in ("base", "new"))
+    if base.exists() and later.exists():
+        return base, later
+    owner = schema_corpus()[1][0]
+    first_schema = (owner.owner.key_pair.public_key, owner.log_id)
+    by_log: dict[tuple[bytes, int], list[tuple[int, int]]] = {}
+    with path.open() as source:
+        for number, text in enumerate(source):
+            entry = decode_entry(bytes.fromhex(json.loads(text)["entry"]))
+            by_log.setdefault((entry.author, entry.log_id), []).append((entry.seq_num, number))
+    chosen = {max(by_log[first_schema])[1]}
+    schema_owner = first_schema[0]
+    newest = [sorted(v, reverse=True) for k, v in by_log.items() if k[0] != schema_owner]
+    depth = 0
+    while len(chosen) < new and any(depth < len(log) for log in newest):
+        for log in newest:
+            if depth < len(log) and len(chosen) < new:
+                chosen.add(log[depth][1])
+        depth += 1
+    partial = [p.with_suffix(".partial") for p in (base, later)]
+    with path.open() as source, partial[0].open("w") as out, partial[1].open("w") as out_new:
+        for number, text in enumerate(source):
+            (out_new if number in chosen else out).write(text)
+    for written, final in zip(partial, (base, later), strict=True):
+        written.rename(final)
+    return base, later
 
 
 # --- the ceiling --------------------------------------------------------------------------
@@ -429,8 +469,7 @@ def timed_stages() -> Iterator[StageTimes]:
     restore = [
         times.wrap(run_module, "run_index", "index"),
         times.wrap(index_module, "verify_new_entries", "verify"),
-        times.wrap(run_module, "decode_schema", "decode"),
-        times.wrap(run_module, "materialize_schema", "materialize"),
+        times.wrap(run_module, "materialize_schemas", "materialize"),
     ]
     try:
         yield times
@@ -468,7 +507,10 @@ def line(label: str, value: str) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, object]:
-    path, generation_s, cached = generate(args.entries, args.seed, args.workers)
+    path, generation_s, cached = generate(args.entries + args.incremental, args.seed, args.workers)
+    later: Path | None = None
+    if args.incremental:
+        path, later = split_for_increment(path, args.incremental)
     total = count_lines(path)
     how = "cached" if cached else f"{args.workers} processes"
     line("corpus", f"{path} ({total:,} entries, {path.stat().st_size / 2**20:,.0f} MiB)")
@@ -511,8 +553,9 @@ def run(args: argparse.Namespace) -> dict[str, object]:
                     line("registration", f"{register_s:.2f} s ({len(schema_ids)} schemas)")
                     started = time.perf_counter()
                     with timed_stages() as stages:
-                        outcomes = run_module.run_pipeline(spark, conn, jdbc_options(url))
+                        outcomes = run_module.run_pipeline(spark, conn, url)
                     pipeline_s = time.perf_counter() - started
+                    increment = measure_increment(spark, conn, url, later)
             finally:
                 spark.stop()
             sampler.stop()
@@ -530,7 +573,6 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         f"{index_s:.1f} s (verification {verify_s:.1f} s, chaining and the rest "
         f"{index_s - verify_s:.1f} s)",
     )
-    line("decode (Parquet)", f"{took.get('decode', 0.0):.1f} s")
     line("materialize", f"{took.get('materialize', 0.0):.1f} s")
     line("run_pipeline", f"{pipeline_s:.1f} s")
     rows = {o.schema_id: o.rows for o in outcomes}
@@ -566,7 +608,6 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         "register_s": round(register_s, 2),
         "index_s": round(index_s, 1),
         "verify_s": round(verify_s, 1),
-        "decode_s": round(took.get("decode", 0.0), 1),
         "materialize_s": round(took.get("materialize", 0.0), 1),
         "pipeline_s": round(pipeline_s, 1),
         "session_s": round(session_s, 1),
@@ -577,6 +618,33 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         "peak_rss_mb_sum": round(sampler.peak_total / 2**20, 1),
         "load_average": load,
         "commit": commit(),
+        **increment,
+    }
+
+
+def measure_increment(
+    spark: Any, conn: psycopg.Connection, url: str, later: Path | None
+) -> dict[str, object]:
+    """Ingest the later entries and run the pipeline again: the incremental step."""
+    if later is None:
+        return {}
+    started = time.perf_counter()
+    with stage("incremental ingest"):
+        counts = ingest(conn, read_entry_lines([later]))
+    ingested = time.perf_counter() - started
+    with stage("incremental pipeline"):
+        outcomes = run_module.run_pipeline(spark, conn, url)
+    seconds = time.perf_counter() - started
+    built = sum(o.status in ("materialized", "dropped") for o in outcomes)
+    line(
+        "incremental",
+        f"{seconds:.1f} s for {counts.accepted:,} new entries (ingest {ingested:.1f} s; "
+        f"{built} schemas rebuilt)",
+    )
+    return {
+        "incremental_entries": counts.accepted,
+        "incremental_seconds": round(seconds, 1),
+        "incremental_ingest_s": round(ingested, 1),
     }
 
 
@@ -585,12 +653,24 @@ def main() -> None:
     parser.add_argument("--entries", type=int, default=1_000_000)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument(
+        "--incremental",
+        type=int,
+        default=0,
+        metavar="N",
+        help="then ingest N more entries (newest of every log, one migration) and run again",
+    )
+    parser.add_argument(
         "--workers", type=int, default=os.cpu_count() or 1, help="generation processes"
     )
     parser.add_argument(
         "--keep-database", action="store_true", help="keep the database (and server) to inspect"
     )
-    print(json.dumps(run(parser.parse_args())))
+    result = run(parser.parse_args())
+    if "incremental_seconds" in result:
+        result["incremental_fraction"] = round(
+            float(result["incremental_seconds"]) / float(result["seconds"]), 4
+        )
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
@@ -49,11 +50,30 @@ def add_partitions(instance: dg.DagsterInstance, schema_ids: list[str]) -> None:
         instance.add_dynamic_partitions(SCHEMAS, missing)
 
 
-def materialize(schema_ids: list[str] | None = None) -> list[str]:
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """A schema whose run failed: the reason code and message its run reported."""
+
+    schema_id: str
+    reason: Reason
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Materialized:
+    ran: list[str]  # schema ids, in the order their runs ran (upstream first)
+    failed: list[Failed]
+
+
+def materialize(schema_ids: list[str] | None = None) -> Materialized:
     """Materialize the named registered schemas (all, if none are named) and the
-    registered schemas they relate to, upstream first. Returns the schema ids run."""
+    registered schemas they relate to, upstream first, each in its own run of the asset
+    family: the runs share one batch (`p2panda/batch`), so the first builds them all in
+    one Spark job and the others report theirs. A schema whose run fails does not stop
+    the others."""
     from p2panda_assets.definitions import defs
-    from p2panda_assets.pipeline.index import stored_catalog
+    from p2panda_assets.defs.assets import BATCH_TAG
+    from p2panda_assets.store.catalog import stored_catalog
     from p2panda_assets.store.registry import registered_schemas
 
     prepare_environment()
@@ -65,18 +85,24 @@ def materialize(schema_ids: list[str] | None = None) -> list[str]:
         if unknown:
             raise P2pandaError(Reason.AWAITING_SCHEMA, f"not registered: {', '.join(unknown)}")
         if not targets:
-            return []
+            return Materialized([], [])
         add_partitions(instance, registered)
         job = defs.resolve_job_def(JOB)
         # The index step (asset raw_entries) comes first: the relation order needs it.
-        _run(job, instance, targets[0], [dg.AssetKey("raw_entries")])
+        index_run = _run(job, instance, targets[0], [dg.AssetKey("raw_entries")], {})
+        if index_run is not None:
+            raise P2pandaError(index_run.reason, index_run.message)
         order = stored_catalog(conn).order()
         wanted = _with_upstream(set(targets), order.upstream)
         ordered = [s for s in order.order if s in wanted]
         ordered += sorted(s for s in wanted if s not in ordered and s in registered)
-        for schema_id in ordered:
-            _run(job, instance, schema_id, None)
-    return ordered
+        batch = {BATCH_TAG: ",".join(ordered)}
+        failed = [
+            failure
+            for schema_id in ordered
+            if (failure := _run(job, instance, schema_id, None, batch)) is not None
+        ]
+    return Materialized(ordered, failed)
 
 
 def materialize_as_of(schema_id: str, version: int) -> None:
@@ -97,7 +123,8 @@ def materialize_as_of(schema_id: str, version: int) -> None:
             raise_on_error=False,
         )
     if not result.success:
-        _raise_failure(result, f"building {schema_id} at version {version}")
+        failure = run_failure(result, schema_id)
+        raise P2pandaError(failure.reason, failure.message)
 
 
 def _with_upstream(targets: set[str], upstream: dict[str, tuple[str, ...]]) -> set[str]:
@@ -110,25 +137,41 @@ def _with_upstream(targets: set[str], upstream: dict[str, tuple[str, ...]]) -> s
     return wanted
 
 
-def _run(job: dg.JobDefinition, instance: dg.DagsterInstance, schema_id: str, selection) -> None:
+def _run(
+    job: dg.JobDefinition,
+    instance: dg.DagsterInstance,
+    schema_id: str,
+    selection: list[dg.AssetKey] | None,
+    tags: dict[str, str],
+) -> Failed | None:
+    """One run of the family for `schema_id`; how it failed, if it did."""
     result = job.execute_in_process(
         run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
         instance=instance,
         partition_key=schema_id,
         asset_selection=selection,
+        tags=tags,
         raise_on_error=False,
     )
-    if not result.success:
-        _raise_failure(result, f"materializing {schema_id}")
+    return None if result.success else run_failure(result, schema_id)
 
 
-def _raise_failure(result: dg.ExecuteInProcessResult, what: str) -> None:
-    """A failed run as the command's error; a run that failed with a typed error (a
-    `dg.Failure` with `reason` metadata) keeps its reason code."""
+def run_failure(result: dg.ExecuteInProcessResult, schema_id: str) -> Failed:
+    """A failed run as a reason code and a message: the reason a typed failure (a
+    `dg.Failure` with `reason` metadata) carries, else `internal` with the error."""
     for event in result.all_events:
         data = event.step_failure_data if event.is_step_failure else None
         failure = data.user_failure_data if data else None
         if failure is not None and "reason" in failure.metadata:
-            raise P2pandaError(Reason(failure.metadata["reason"].value), failure.description or "")
-    failures = [e.message for e in result.all_events if e.is_failure]
-    raise RuntimeError(f"{what} failed: {'; '.join(failures)}")
+            reason = Reason(failure.metadata["reason"].value)
+            return Failed(schema_id, reason, failure.description or "")
+    for event in result.all_events:
+        data = event.step_failure_data if event.is_step_failure else None
+        if data is not None and data.error is not None:
+            error = data.error.cause or data.error
+            text = error.message.strip().splitlines()[-1] if error.message.strip() else ""
+            if "OperationalError" in (error.cls_name or "") or "connection" in text.lower():
+                return Failed(schema_id, Reason.DATABASE_UNAVAILABLE, text)
+            return Failed(schema_id, Reason.INTERNAL, text or error.cls_name or "failed")
+    failures = [e.message for e in result.all_events if e.is_failure and e.message]
+    return Failed(schema_id, Reason.INTERNAL, "; ".join(failures) or "the run failed")

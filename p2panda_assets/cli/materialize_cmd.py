@@ -1,10 +1,12 @@
-"""`panda materialize [SCHEMA_ID...]`: run the asset family through Dagster, upstream
+"""`panda materialize [NAME|SCHEMA_ID...]`: run the asset family through Dagster, upstream
 schemas first, and print rows per schema. `--as-of-version N SCHEMA_ID` builds the table
-as it was at version N instead, beside the current one."""
+as it was at version N instead, beside the current one. A schema is named by its id or by
+its name (the registered name, else its own), as `panda check` takes it."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 from p2panda_assets.errors import P2pandaError, Reason
 
@@ -13,7 +15,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     materialize = subparsers.add_parser(
         "materialize", help="materialize registered schemas through the Dagster asset graph"
     )
-    materialize.add_argument("schema_ids", nargs="*", metavar="SCHEMA_ID")
+    materialize.add_argument("schema_ids", nargs="*", metavar="NAME|SCHEMA_ID")
     materialize.add_argument(
         "--as-of-version",
         metavar="N",
@@ -23,23 +25,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_materialize(args: argparse.Namespace) -> int:
+    """One line per schema on stdout; one `error: <reason>: ...` line on stderr per
+    schema whose build failed (the others are built all the same), then exit 1."""
     if args.as_of_version is not None:
         return run_as_of(args)
     from p2panda_assets.orchestration import materialize
     from p2panda_assets.store.database import connect
     from p2panda_assets.store.registry import registered_schemas
 
-    ran = materialize(args.schema_ids or None)
+    result = materialize(resolve_schemas(args.schema_ids) or None)
     with connect() as conn:
         rows = {row.schema_id: row for row in registered_schemas(conn)}
-    for schema_id in ran:
+    failed = {failure.schema_id for failure in result.failed}
+    for schema_id in result.ran:
+        if schema_id in failed:
+            continue
         row = rows[schema_id]
         name = row.registered_name or row.name or "-"
         detail = f"{row.rows or 0} rows" if row.status == "materialized" else row.status
         if row.status_message:
             detail += f" ({row.status_message})"
         print(f"{schema_id}  {name}  version {row.version}  {detail}  {row.table_name}")
-    return 0
+    for failure in result.failed:
+        print(f"error: {failure.reason}: {failure.schema_id}: {failure.message}", file=sys.stderr)
+    return 1 if result.failed else 0
 
 
 def run_as_of(args: argparse.Namespace) -> int:
@@ -50,7 +59,7 @@ def run_as_of(args: argparse.Namespace) -> int:
     version = parse_version(args.as_of_version)
     if len(args.schema_ids) != 1:
         raise P2pandaError(Reason.BAD_INPUT, "--as-of-version takes exactly one SCHEMA_ID")
-    schema_id = args.schema_ids[0]
+    schema_id = resolve_schemas(args.schema_ids)[0]
     materialize_as_of(schema_id, version)
     with connect() as conn:
         row = conn.execute(
@@ -65,3 +74,18 @@ def run_as_of(args: argparse.Namespace) -> int:
     shown = f"  view p2panda_api.{view!r}" if view else ""
     print(f"{schema_id}  version {version}  {rows} rows  {table}{shown}")
     return 0
+
+
+def resolve_schemas(arguments: list[str]) -> list[str]:
+    """The schema ids the arguments stand for: schema ids as they are, names through the
+    registry (the resolver `panda check` uses)."""
+    from p2panda_assets.coordination import is_schema_id, resolve_schema_id
+
+    if all(is_schema_id(argument) for argument in arguments):
+        return list(arguments)  # nothing to look up: no database needed for this
+    from p2panda_assets.cli.store_cmd import open_store
+    from p2panda_assets.store.registry import registered_schemas
+
+    with open_store() as conn:
+        names = {row.schema_id: row.shown_name for row in registered_schemas(conn)}
+    return [resolve_schema_id(argument, names, "is registered") for argument in arguments]

@@ -154,6 +154,8 @@ def run_status(args: argparse.Namespace) -> int:
     for line in totals_lines(totals):
         print(line)
     for row in rows:
+        if row.status in ("waiting", "failed") and row.status_message:
+            print(f"{row.status} {row.schema_id}: {row.status_message}")
         if row.view_conflict:
             print(f"no view for {row.schema_id}: {row.view_conflict}")
     return 0

@@ -32,13 +32,16 @@ def build_version_table(
     try:
         with postgres.connect() as conn:
             outcome = materialize_as_of(
-                pyspark.spark_session, conn, postgres.jdbc(), config.schema_id, config.version
+                pyspark.spark_session,
+                conn,
+                postgres.resolved_url(),
+                config.schema_id,
+                config.version,
             )
     except P2pandaError as error:  # a reason code, for the UI and for `panda materialize`
         raise dg.Failure(error.message, metadata={"reason": str(error.reason)}) from error
-    if outcome.status == "waiting":
-        reason, _, message = outcome.message.partition(": ")
-        raise dg.Failure(message, metadata={"reason": reason})
+    if outcome.status in ("waiting", "failed"):
+        raise dg.Failure(outcome.message, metadata={"reason": str(outcome.reason)})
     context.log.info(f"{outcome.table_name}: {outcome.rows} rows at version {outcome.version}")
     return dg.Output(
         None,

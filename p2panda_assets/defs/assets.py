@@ -2,11 +2,19 @@
 
     raw_entries -> decoded_messages -> migration_plan -> materialized_table
 
-`raw_entries` brings the entry store's index up to date (verification happens once per
-entry, ever, whichever partition runs first); the rest is per schema. Relations are
-ordered by the caller (`panda materialize`, the sensors): a partition cannot depend on
-another partition of the same asset, so a schema whose upstream is not materialized
-records that it waits instead of building a table.
+`raw_entries` verifies new entries (once per entry, ever, whichever partition runs
+first) and indexes the store: every log chained and assigned, the chained messages
+written to the columnar store by schema. The rest is per schema. Relations are ordered by
+the caller (`panda materialize`, the sensors): a partition cannot depend on another
+partition of the same asset, so a schema whose upstream is not materialized records
+that it waits instead of building a table.
+
+Many schemas in one Spark job: a run names the schemas it is built with (the tag
+`p2panda/batch`, which `panda materialize` and the sensors set, or the partitions of the
+backfill it belongs to). The first run of a batch builds every schema of the batch that
+is not up to date in one job, upstream first; the runs of the others find their table
+built from the same index and report it. Each partition's own run reports its own
+outcome: built, waiting (with its reason) or failed.
 """
 
 from dataclasses import dataclass
@@ -20,10 +28,16 @@ from p2panda_assets.defs.resources import PostgresResource
 from p2panda_assets.engine.compatibility import history_compatibility
 from p2panda_assets.engine.corpus import Catalog
 from p2panda_assets.engine.relations import BuildOrder
-from p2panda_assets.pipeline.columns import SYSTEM_COLUMNS_PG, column_type, pg_type
-from p2panda_assets.pipeline.decoded import decode_schema, decoded_path
-from p2panda_assets.pipeline.index import run_index, stored_catalog
-from p2panda_assets.pipeline.materialize import checked_schema_id, materialize_schema
+from p2panda_assets.pipeline.columns import pg_type
+from p2panda_assets.pipeline.index import last_index, run_index
+from p2panda_assets.pipeline.materialize import materialize_schemas
+from p2panda_assets.protocol.ids import checked_schema_id
+from p2panda_assets.store.catalog import stored_catalog
+from p2panda_assets.store.registry import schema_entry_count
+from p2panda_assets.store.tables import SYSTEM_COLUMNS, registry_outcome
+
+BATCH_TAG = "p2panda/batch"  # comma-separated schema ids built together with this one
+BACKFILL_TAG = "dagster/backfill"
 
 GROUP = "p2panda"
 
@@ -46,12 +60,8 @@ def raw_entries(
     and assigned to its schema."""
     schema_id = checked_schema_id(context.partition_key)
     with postgres.connect() as conn:
-        result = run_index(pyspark.spark_session, conn, postgres.jdbc())
-        entries = conn.execute(
-            "SELECT count(*) FROM p2panda.entries e JOIN p2panda.logs l "
-            "ON e.author = l.author AND e.log_id = l.log_id WHERE l.schema_id = %s",
-            (schema_id,),
-        ).fetchone()[0]
+        result = run_index(pyspark.spark_session, conn, postgres.resolved_url())
+        entries = schema_entry_count(conn, schema_id)
     return dg.MaterializeResult(
         metadata={
             "entries": entries,
@@ -66,16 +76,22 @@ def raw_entries(
 def decoded_messages(
     context: dg.AssetExecutionContext, pyspark: PySparkResource, postgres: PostgresResource
 ) -> dg.MaterializeResult:
-    """The schema's log and instance logs, chained and decoded, one row per accepted entry."""
+    """The schema's log and instance logs, chained and decoded, one row per accepted entry,
+    in the columnar store (written by the index step)."""
     schema_id = checked_schema_id(context.partition_key)
-    frame = decode_schema(pyspark.spark_session, postgres.jdbc(), schema_id)
+    spark = pyspark.spark_session
+    with postgres.connect() as conn:
+        path = last_index(spark, conn).decoded_path(spark, schema_id)
+    if path is None:
+        return dg.MaterializeResult(metadata={"messages": 0})
+    frame = spark.read.parquet(path)
     by_kind = frame.groupBy("kind").agg(F.count(F.lit(1)).alias("n"), F.count("error").alias("e"))
     counted = by_kind.collect()  # one job: every Spark job costs ~0.1 s on the way to a row
     kinds = {r["kind"] or "undecodable": r["n"] for r in counted}
     errors = sum(r["e"] for r in counted)
     return dg.MaterializeResult(
         metadata={
-            "path": dg.MetadataValue.path(str(decoded_path(schema_id))),
+            "path": dg.MetadataValue.path(path),
             "messages": sum(kinds.values()),
             "by_kind": dg.MetadataValue.json(kinds),
             "undecodable": errors,
@@ -85,6 +101,7 @@ def decoded_messages(
 
 @dg.asset(partitions_def=schemas, group_name=GROUP, deps=[decoded_messages], kinds={"python"})
 def migration_plan(context: dg.AssetExecutionContext, postgres: PostgresResource) -> MigrationPlan:
+    # The catalog as the last index step left it (schema logs are small: no Spark).
     """The schema log folded into versions (lenses), with the revert rule applied, and
     where this schema stands in the relation order."""
     schema_id = checked_schema_id(context.partition_key)
@@ -138,24 +155,28 @@ def materialized_table(
     pyspark: PySparkResource,
     postgres: PostgresResource,
 ):
-    """The schema's PostgreSQL table, swapped in atomically. A schema that waits for an
-    upstream schema (or sits in a relation cycle) yields no materialization."""
+    """The schema's PostgreSQL table, swapped in atomically, built together with the
+    other schemas of its batch. A schema that waits for an upstream schema (or sits in
+    a relation cycle) yields no materialization; one whose build failed fails its run."""
     schema_id = checked_schema_id(context.partition_key)
     spark = pyspark.spark_session
-    decoded = spark.read.parquet(str(decoded_path(schema_id)))
     with postgres.connect() as conn:
-        outcome = materialize_schema(
-            spark,
-            conn,
-            postgres.jdbc(),
-            schema_id,
-            migration_plan.catalog,
-            migration_plan.order,
-            decoded,
+        index = last_index(spark, conn)
+        batch = [s for s in batch_of(context) if s in (index.catalog.registered or set())]
+        outcomes = materialize_schemas(
+            spark, conn, postgres.resolved_url(), index, sorted({schema_id, *batch})
         )
+        outcome = next(o for o in outcomes if o.schema_id == schema_id)
+        if outcome.status == "unchanged":
+            outcome = registry_outcome(conn, schema_id)
+    built = [o.schema_id for o in outcomes if o.status in ("materialized", "dropped")]
+    if len(built) > 1 or (built and built != [schema_id]):
+        context.log.info(f"built in one Spark job: {', '.join(built)}")
     if outcome.status == "waiting":
-        context.log.warning(f"{schema_id} waits: {outcome.message}")
+        context.log.warning(f"{schema_id} waits: {outcome.reason}: {outcome.message}")
         return
+    if outcome.status == "failed":
+        raise dg.Failure(outcome.message, metadata={"reason": str(outcome.reason)})
     history = migration_plan.catalog.histories[schema_id]
     yield dg.MaterializeResult(
         metadata={
@@ -168,11 +189,27 @@ def materialized_table(
             "fallbacks": dg.MetadataValue.json(outcome.fallbacks),
             "fell_back": sum(outcome.fallbacks.values()),
             "dagster/column_schema": dg.TableSchema(
-                columns=[dg.TableColumn(name, column_type(pg)) for name, pg in SYSTEM_COLUMNS_PG]
+                columns=[dg.TableColumn(name, pg) for name, pg in SYSTEM_COLUMNS]
                 + [dg.TableColumn(name, pg_type(spec.type)) for name, spec in history.lens.items()]
             ),
         }
     )
+
+
+def batch_of(context: dg.AssetExecutionContext) -> list[str]:
+    """The schemas this run is built with: its `p2panda/batch` tag, else the partitions
+    of the backfill it belongs to, else none but its own."""
+    tags = context.run.tags
+    if tags.get(BATCH_TAG):
+        return [s for s in tags[BATCH_TAG].split(",") if s]
+    backfill_id = tags.get(BACKFILL_TAG)
+    if backfill_id:
+        backfill = context.instance.get_backfill(backfill_id)
+        data = backfill.asset_backfill_data if backfill else None
+        subsets = data.target_subset.partitions_subsets_by_asset_key if data else {}
+        if context.asset_key in subsets:
+            return list(subsets[context.asset_key].get_partition_keys())
+    return []
 
 
 family = [raw_entries, decoded_messages, migration_plan, materialized_table]

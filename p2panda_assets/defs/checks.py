@@ -34,10 +34,10 @@ from p2panda_assets.engine.lens import FieldSpec
 from p2panda_assets.engine.schema_log import SchemaHistory
 from p2panda_assets.engine.validation import compile_validation, validates
 from p2panda_assets.pipeline.columns import SPARK_TYPES, field_columns, pg_type
-from p2panda_assets.pipeline.decoded import decoded_path
+from p2panda_assets.pipeline.index import last_index
 from p2panda_assets.pipeline.jdbc import read_query
-from p2panda_assets.pipeline.materialize import checked_schema_id
 from p2panda_assets.protocol.fieldtypes import BaseType, FieldType
+from p2panda_assets.protocol.ids import checked_schema_id
 from p2panda_assets.store.registry import table_identifier, table_name_for
 
 KINDS = ("schema-meta", "schema-migration", "schema-revert", "create", "update", "delete")
@@ -240,6 +240,18 @@ def decoded_model(schema_id: str, tally: Tally) -> pa.DataFrameSchema:
             ),
             "error": column("error", T.StringType(), True),
             "payload": column("payload", T.BinaryType(), False),
+            "instance": column("instance", T.BinaryType(), True),
+            "assignment": column(
+                "assignment",
+                T.StringType(),
+                False,
+                tally.column(
+                    "assignment",
+                    "isin(['schema', 'assigned', 'duplicate', 'waiting'])",
+                    "the log's own schema, assigned to it, or held back from it",
+                    lambda c: ~c.isin("schema", "assigned", "duplicate", "waiting"),
+                ),
+            ),
         },
         checks=[
             tally.rows(
@@ -273,10 +285,15 @@ def decoded_model(schema_id: str, tally: Tally) -> pa.DataFrameSchema:
     "row per entry.",
 )
 def decoded_messages_match_their_model(
-    context: dg.AssetCheckExecutionContext, pyspark: PySparkResource
+    context: dg.AssetCheckExecutionContext, pyspark: PySparkResource, postgres: PostgresResource
 ) -> dg.AssetCheckResult:
     schema_id = checked_schema_id(context.partition_key)
-    frame = pyspark.spark_session.read.parquet(str(decoded_path(schema_id)))
+    spark = pyspark.spark_session
+    with postgres.connect() as conn:
+        path = last_index(spark, conn).decoded_path(spark, schema_id)
+    if path is None:
+        return dg.AssetCheckResult(passed=True, description="no decoded messages")
+    frame = spark.read.parquet(path)
     tally = Tally()
     lines = summarize(validate(frame, decoded_model(schema_id, tally)))
     return check_result(lines, tally.findings, {"rows": tally.count(frame, ROWS)})
@@ -467,13 +484,19 @@ def declaration_problems(
     return lines
 
 
-def read_table(spark, postgres: PostgresResource, table: str, names: list[str]) -> DataFrame:
-    """The table's rows through Spark's JDBC reader, field columns renamed `f0`, ..."""
+def read_table(
+    spark, postgres: PostgresResource, table: str, names: list[str], aliases: list[str]
+) -> DataFrame:
+    """The table's rows through Spark's JDBC reader, each column `names[i]` read as
+    `aliases[i]` (in SQL: Spark resolves names case-insensitively, so fields `a` and `A`
+    must not reach it by name)."""
     with postgres.connect() as conn:
+        selected = sql.SQL(", ").join(
+            sql.SQL("{} AS {}").format(sql.Identifier(name), sql.Identifier(alias))
+            for name, alias in zip(names, aliases, strict=True)
+        )
         query = (
-            sql.SQL("SELECT {} FROM {}")
-            .format(sql.SQL(", ").join(map(sql.Identifier, names)), table_identifier(table))
-            .as_string(conn)
+            sql.SQL("SELECT {} FROM {}").format(selected, table_identifier(table)).as_string(conn)
         )
     return read_query(spark, postgres.jdbc(), query)
 
@@ -507,9 +530,9 @@ def table_matches_the_current_lens(
     tally = Tally()
     model, names = table_model(migration_plan, tally)
     present = [name for name in expected if name in declared]
-    frame = read_table(pyspark.spark_session, postgres, table, present)
     internal = {name: column for column, name in names.items()}
-    frame = frame.toDF(*[internal.get(name, name) for name in present])
+    aliases = [internal.get(name, name) for name in present]
+    frame = read_table(pyspark.spark_session, postgres, table, present, aliases)
     lines += summarize(validate(frame, model), names)
     version = history.latest.seq if history.latest else None
     named = {_named(key, names): count for key, count in tally.findings.items()}
@@ -529,13 +552,15 @@ ACCOUNTING = """
 WITH logs AS (
     SELECT author, log_id FROM p2panda.logs WHERE schema_id = %(s)s
 ), stored AS (
-    SELECT e.hash, e.verdict FROM p2panda.entries e
+    SELECT e.hash, e.ingest_seq <= coalesce(
+        (SELECT verified_through FROM p2panda.pipeline_state), 0) AS verified
+    FROM p2panda.entries e
     JOIN logs l ON l.author = e.author AND l.log_id = e.log_id
 )
 SELECT
-    (SELECT count(*) FROM stored WHERE verdict IS NOT NULL),
-    (SELECT count(*) FROM stored WHERE verdict IS NULL),
-    (SELECT count(*) FROM stored s WHERE s.verdict IS NOT NULL
+    (SELECT count(*) FROM stored WHERE verified),
+    (SELECT count(*) FROM stored WHERE NOT verified),
+    (SELECT count(*) FROM stored s WHERE s.verified
         AND NOT EXISTS (SELECT 1 FROM p2panda.accounts a WHERE a.hash = s.hash)),
     (SELECT count(*) FROM stored s JOIN p2panda.accounts a ON a.hash = s.hash
         WHERE a.schema_id IS DISTINCT FROM %(s)s),

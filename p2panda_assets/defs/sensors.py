@@ -36,8 +36,9 @@ from p2panda_assets.defs.resources import PostgresResource
 from p2panda_assets.engine.corpus import Catalog
 from p2panda_assets.engine.relations import BuildOrder, relation_target
 from p2panda_assets.errors import Reason
-from p2panda_assets.pipeline.index import message_index, stored_catalog
+from p2panda_assets.protocol.message_index import message_index
 from p2panda_assets.protocol.messages import format_schema_id
+from p2panda_assets.store.catalog import stored_catalog
 
 # The daemon looks at its sensors every 5 s (dagster._daemon.sensor.MIN_INTERVAL_LOOP_TIME,
 # not configurable). A minimum interval of 5 s would skip every loop that comes a moment
@@ -686,7 +687,7 @@ SELECT s.schema_id, e.seq_num
 FROM p2panda.schemas s
 JOIN p2panda.entries e ON e.author = s.author AND e.log_id = s.log_id
 JOIN p2panda.message_index m ON m.hash = e.hash
-WHERE m.kind = 'schema-revert' AND e.verdict = 'ok'
+WHERE m.kind = 'schema-revert'
 ORDER BY 1, 2
 """
 

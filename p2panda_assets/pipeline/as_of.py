@@ -12,19 +12,19 @@ import psycopg
 from pyspark.sql import SparkSession
 
 from p2panda_assets.errors import P2pandaError, Reason
-from p2panda_assets.pipeline.decoded import decode_schema
 from p2panda_assets.pipeline.index import run_index
-from p2panda_assets.pipeline.jdbc import Jdbc
-from p2panda_assets.pipeline.materialize import Outcome, checked_schema_id, materialize_schema
+from p2panda_assets.pipeline.materialize import materialize_version
+from p2panda_assets.protocol.ids import checked_schema_id
 from p2panda_assets.store.catalog import stored_catalog
+from p2panda_assets.store.tables import Outcome
 
 
 def materialize_as_of(
-    spark: SparkSession, conn: psycopg.Connection, jdbc: Jdbc, schema_id: str, version: int
+    spark: SparkSession, conn: psycopg.Connection, url: str, schema_id: str, version: int
 ) -> Outcome:
     """Build `p2panda_versions.<table>_v<version>` for a registered schema."""
     schema_id = checked_schema_id(schema_id)
-    run_index(spark, conn, jdbc)
+    index = run_index(spark, conn, url)
     catalog = stored_catalog(conn, cut={schema_id: version})
     if schema_id not in (catalog.registered or set()):
         raise P2pandaError(Reason.AWAITING_SCHEMA, f"schema {schema_id} is not registered")
@@ -40,6 +40,4 @@ def materialize_as_of(
         raise P2pandaError(
             Reason.REJECTED_VERSION, f"version {version} was rejected ({rejection.reason})"
         )
-    order = catalog.order()
-    decoded = decode_schema(spark, jdbc, schema_id) if schema_id in order.order else None
-    return materialize_schema(spark, conn, jdbc, schema_id, catalog, order, decoded, as_of=version)
+    return materialize_version(spark, conn, url, index, catalog, schema_id, version)

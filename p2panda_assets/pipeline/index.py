@@ -1,22 +1,23 @@
-"""The index step: verify new entries (once, ever), chain every log, fold the schema logs,
-assign the instance logs, and account for everything a schema's materialization does not
-decide. It runs the engine's own stage functions (`check_record`, `chain_log`,
-`Catalog`, `waiting_accounts`) over Spark partitions; only small things reach the
-driver (one summary per log, the schema logs).
+"""The index step: new entries verified (once, `verify`), every log chained by the
+engine's `chain_log`, the schema logs folded (`Catalog`), the instance logs assigned to
+schemas, and everything no schema build decides accounted for.
+
+The chained messages of every log are written to the columnar store once per run, by
+the schema their log is assigned to: the reduction of any set of schemas reads its
+partitions from there, and the decoded-messages check inspects them. Only small things
+reach the driver: one summary per log, and the schema logs.
 """
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
+import secrets
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
-import pandas as pd
 import psycopg
 import pyarrow as pa
-from psycopg import sql
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -28,20 +29,16 @@ from p2panda_assets.engine.corpus import (
     LogKey,
     LogSummary,
     chain_log,
-    check_record,
     duplicate_log_accounts,
     schema_id_of,
     waiting_accounts,
 )
 from p2panda_assets.engine.relations import BuildOrder
 from p2panda_assets.errors import P2pandaError, Reason
-from p2panda_assets.pipeline.columns import column_names, rows_frame
-from p2panda_assets.pipeline.jdbc import (
-    Jdbc,
-    append,
-    read_partitioned,
-    require_autocommit,
-)
+from p2panda_assets.pipeline.copy import Target, copy_frame
+from p2panda_assets.pipeline.groups import Row, map_groups
+from p2panda_assets.pipeline.verify import current_warehouse, verify_new_entries
+from p2panda_assets.pipeline.warehouse import NO_SCHEMA, Warehouse, children, exists, remove
 from p2panda_assets.protocol.entry import decode_entry
 from p2panda_assets.protocol.log import Rejection
 from p2panda_assets.protocol.messages import (
@@ -50,98 +47,63 @@ from p2panda_assets.protocol.messages import (
     VersionedSchema,
     decode_message,
 )
-from p2panda_assets.store.catalog import load_catalog, registered_schemas
+from p2panda_assets.store import pipeline_state as state_sql
+from p2panda_assets.store.catalog import registered_schemas
 from p2panda_assets.store.catalog import stored_catalog as stored_catalog  # re-exported
 
-INDEX_LOCK = 0x70326E64  # advisory lock: one index step at a time
-
-SET_VERDICTS = """
-UPDATE p2panda.entries e SET verdict = s.verdict, verdict_message = s.verdict_message
-FROM {} s WHERE e.hash = s.hash AND e.verdict IS NULL
-"""
-INDEX_MESSAGES = """
-INSERT INTO p2panda.message_index (hash, kind, schema_id, schema_version, schema_hash, instance)
-SELECT hash, kind, schema_id, schema_version, schema_hash, instance FROM {}
-WHERE verdict = 'ok' ON CONFLICT (hash) DO NOTHING
-"""
-UPSERT_ACCOUNTS = """
-ON CONFLICT (hash) DO UPDATE SET schema_id = EXCLUDED.schema_id, state = EXCLUDED.state,
-  reason = EXCLUDED.reason, message = EXCLUDED.message, origin = EXCLUDED.origin
-"""
-INDEX_ACCOUNTS = (
-    """
-INSERT INTO p2panda.accounts (hash, schema_id, state, reason, message, origin)
-SELECT hash, NULL, 'rejected', verdict, verdict_message, 'verify' FROM p2panda.entries
-WHERE verdict IS NOT NULL AND verdict <> 'ok'
-UNION ALL SELECT hash, schema_id, state, reason, message, origin FROM {}
-"""
-    + UPSERT_ACCOUNTS
+ACCOUNT_SPARK = "hash binary, schema_id string, state string, reason string, message string"
+ACCOUNT_TARGET = Target(
+    "p2panda",
+    "accounts",
+    ("hash", "schema_id", "state", "reason", "message", "origin"),
+    ("bytea", "text", "text", "text", "text", "text"),
 )
-# Entries rejected before their log was classified get the schema of their log.
-ATTRIBUTE_ACCOUNTS = """
-UPDATE p2panda.accounts a SET schema_id = g.schema_id
-FROM p2panda.entries e JOIN p2panda.logs g ON e.author = g.author AND e.log_id = g.log_id
-WHERE a.hash = e.hash AND a.origin IN ('verify', 'chain') AND a.schema_id IS NULL
-"""
-
-VERIFY_ARROW = pa.schema(
+# One row per accepted entry (`item`), per log (`log`: its summary) and per entry the
+# chain rules rejected or hold pending (`account`).
+CHAIN_ARROW = pa.schema(
     [
+        ("row_type", pa.string()),
+        ("author", pa.binary()),
+        ("log_id", pa.decimal128(20, 0)),
+        ("seq", pa.decimal128(20, 0)),
         ("hash", pa.binary()),
-        ("verdict", pa.string()),
-        ("verdict_message", pa.string()),
+        ("payload", pa.binary()),
         ("kind", pa.string()),
-        ("schema_id", pa.string()),
         ("schema_version", pa.decimal128(20, 0)),
-        ("schema_hash", pa.binary()),
         ("instance", pa.binary()),
+        ("error", pa.string()),
+        ("is_schema", pa.bool_()),
+        ("ref_schema_id", pa.string()),
+        ("ref_version", pa.decimal128(20, 0)),
+        ("ref_hash", pa.binary()),
+        ("state", pa.string()),
+        ("reason", pa.string()),
+        ("message", pa.string()),
     ]
 )
-VERIFY_SPARK = (
-    "hash binary, verdict string, verdict_message string, kind string, schema_id string, "
-    "schema_version decimal(20,0), schema_hash binary, instance binary"
+ACCOUNT_ARROW = pa.schema(
+    [
+        ("hash", pa.binary()),
+        ("schema_id", pa.string()),
+        ("state", pa.string()),
+        ("reason", pa.string()),
+        ("message", pa.string()),
+    ]
 )
-ACCOUNT_SPARK = "hash binary, schema_id string, state string, reason string, message string"
-CHAIN_SPARK = (
-    "row_type string, author binary, log_id decimal(20,0), is_schema boolean, "
-    "ref_schema_id string, ref_version decimal(20,0), ref_hash binary, " + ACCOUNT_SPARK
+# The chained messages as the columnar store keeps them (and the decoded check reads).
+DECODED_COLUMNS = (
+    "author",
+    "log_id",
+    "seq",
+    "hash",
+    "is_schema_log",
+    "kind",
+    "schema_version",
+    "error",
+    "payload",
+    "instance",
+    "assignment",
 )
-
-
-# --- verification -----------------------------------------------------------------------
-
-
-def _verify_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Verify each entry (`check_record`) and index the message of those that pass."""
-    for batch in batches:
-        columns = batch.to_pydict()
-        out: dict[str, list[object]] = {name: [] for name in VERIFY_ARROW.names}
-        for entry_hash, raw, payload in zip(
-            columns["hash"], columns["entry"], columns["payload"], strict=True
-        ):
-            checked = check_record(raw, payload)
-            out["hash"].append(entry_hash)
-            if checked.rejection is not None:
-                out["verdict"].append(str(checked.rejection.reason))
-                out["verdict_message"].append(checked.rejection.message)
-                index: tuple[object, ...] = (None,) * 5
-            else:
-                out["verdict"].append("ok")
-                out["verdict_message"].append(None)
-                index = message_index(payload)
-            for name, value in zip(VERIFY_ARROW.names[3:], index, strict=True):
-                out[name].append(value)
-        yield pa.RecordBatch.from_pydict(out, schema=VERIFY_ARROW)
-
-
-def message_index(payload: bytes) -> tuple[object, ...]:
-    """(kind, schema id, version, schema hash, instance) of a payload, for lookups that
-    should not decode payloads again (sensors, status)."""
-    try:
-        message = decode_message(payload)
-    except P2pandaError:
-        return (None,) * 5
-    schema_id, version, schema_hash = ref_columns(getattr(message, "schema", None))
-    return (message.kind, schema_id, version, schema_hash, getattr(message, "instance", None))
 
 
 def ref_columns(ref: VersionedSchema | None) -> tuple[str | None, Decimal | None, bytes | None]:
@@ -164,70 +126,6 @@ def ref_from_columns(
     return SchemaVersionRef(bytes.fromhex(author), int(log_id), int(version))
 
 
-def verify_new_entries(spark: SparkSession, conn: psycopg.Connection, jdbc: Jdbc) -> int:
-    """Verify every stored entry without a verdict; returns how many were verified."""
-    pending = conn.execute("SELECT count(*) FROM p2panda.entries WHERE verdict IS NULL").fetchone()[
-        0
-    ]
-    if not pending:
-        return 0
-    stage = _stage_table(
-        conn,
-        "verify",
-        "LIKE p2panda.message_index INCLUDING DEFAULTS",
-        extra=", verdict text, verdict_message text",
-    )
-    frame = read_partitioned(
-        spark,
-        jdbc,
-        "SELECT ingest_seq, hash, entry, payload FROM p2panda.entries WHERE verdict IS NULL",
-        column="ingest_seq",
-        partitions=_partitions(spark, pending),
-    )
-    append(frame.mapInArrow(_verify_batches, VERIFY_SPARK), jdbc, stage.as_string(conn))
-    with conn.transaction():
-        conn.execute(sql.SQL(SET_VERDICTS).format(stage))
-        conn.execute(sql.SQL(INDEX_MESSAGES).format(stage))
-        conn.execute(sql.SQL("DROP TABLE {}").format(stage))
-    return pending
-
-
-def _partitions(spark: SparkSession, rows: int) -> int:
-    return max(1, min(spark.sparkContext.defaultParallelism * 2, rows // 5000 + 1))
-
-
-def _stage_table(
-    conn: psycopg.Connection, purpose: str, columns: str, extra: str = ""
-) -> sql.Composed:
-    """A fresh unlogged table for one run's intermediate rows (runs never share one)."""
-    name = sql.Identifier("p2panda", f"stage_{purpose}_{uuid.uuid4().hex[:12]}")
-    conn.execute(sql.SQL("CREATE UNLOGGED TABLE {} (" + columns + extra + ")").format(name))
-    return name
-
-
-# --- chaining every log ---------------------------------------------------------------
-
-
-def verified_entries(spark: SparkSession, jdbc: Jdbc, where: str = "TRUE") -> DataFrame:
-    return read_partitioned(
-        spark,
-        jdbc,
-        "SELECT ingest_seq, author, log_id, seq_num, hash, entry, payload FROM p2panda.entries e"
-        f" WHERE verdict = 'ok' AND {where}",
-        column="ingest_seq",
-        partitions=spark.sparkContext.defaultParallelism * 2,
-    )
-
-
-def chained_log(pdf: pd.DataFrame) -> ChainedLog:
-    """A log's rows (one group of verified entries) through the engine's `chain_log`."""
-    entries = [
-        (decode_entry(raw), payload)
-        for raw, payload in zip(pdf["entry"], pdf["payload"], strict=True)
-    ]
-    return chain_log(bytes(pdf["author"].iloc[0]), int(pdf["log_id"].iloc[0]), entries)
-
-
 def account_rows(accounts: Accounts) -> list[dict[str, object]]:
     return [
         {
@@ -241,19 +139,61 @@ def account_rows(accounts: Accounts) -> list[dict[str, object]]:
     ]
 
 
-def _chain_group(pdf: pd.DataFrame) -> pd.DataFrame:
-    log = chained_log(pdf)
+def _chain_group(rows: list[Row]) -> list[Row]:
+    """One log through the engine's `chain_log`: its accepted items, its summary, and
+    the accounts of the entries the chain rules reject or hold."""
+    author, log_id = rows[0]["author"], int(rows[0]["log_id"])  # type: ignore[call-overload]
+    log = chain_log(
+        author,  # type: ignore[arg-type]
+        log_id,
+        [(decode_entry(row["entry"]), row["payload"]) for row in rows],  # type: ignore[arg-type]
+    )
+    by_hash = {row["hash"]: row for row in rows}
+    key = {"author": author, "log_id": Decimal(log_id)}
     summary = log.summary
-    ref = summary.first_ref
-    head = {
-        "row_type": "log",
-        "author": log.author,
-        "log_id": Decimal(log.log_id),
-        "is_schema": summary.is_schema,
-    }
-    head["ref_schema_id"], head["ref_version"], head["ref_hash"] = ref_columns(ref)
-    rows = [head] + [{"row_type": "account", **row} for row in account_rows(log.accounts)]
-    return rows_frame(rows, column_names(CHAIN_SPARK))
+    ref_id, ref_version, ref_hash = ref_columns(summary.first_ref)
+    out: list[Row] = [
+        {
+            "row_type": "log",
+            **key,
+            "is_schema": summary.is_schema,
+            "ref_schema_id": ref_id,
+            "ref_version": ref_version,
+            "ref_hash": ref_hash,
+        }
+    ]
+    for seq, entry_hash, message in log.items:
+        row = by_hash[entry_hash]
+        out.append(
+            {
+                "row_type": "item",
+                **key,
+                "seq": Decimal(seq),
+                "hash": entry_hash,
+                "payload": row["payload"],
+                "kind": row["kind"],
+                "schema_version": row["schema_version"],
+                "instance": row["instance"],
+                "error": str(message.reason) if isinstance(message, P2pandaError) else None,
+            }
+        )
+    out += [{"row_type": "account", **key, **row} for row in account_rows(log.accounts)]
+    return out
+
+
+def items_log(rows: list[Row]) -> ChainedLog:
+    """A log's chained rows back as the engine's `ChainedLog` (messages decoded from
+    their payload: the columnar store holds bytes, not Python objects)."""
+    items = []
+    for row in sorted(rows, key=lambda r: r["seq"]):  # type: ignore[arg-type, return-value]
+        payload: bytes = row["payload"]  # type: ignore[assignment]
+        try:
+            message: object = decode_message(payload)
+        except P2pandaError as error:
+            message = error
+        items.append((int(row["seq"]), row["hash"], message))  # type: ignore[call-overload]
+    author, log_id = rows[0]["author"], int(rows[0]["log_id"])  # type: ignore[call-overload]
+    return ChainedLog(author, log_id, items, {})  # type: ignore[arg-type]
 
 
 def summary_of(row: dict[str, Any]) -> tuple[LogKey, LogSummary]:
@@ -267,180 +207,267 @@ class IndexResult:
     verified: int
     logs: int
     catalog: Catalog
-    assignment: Assignment
     order: BuildOrder
+    warehouse: Warehouse
+    chained_run: str | None  # the chained messages of the store, by schema
+    fingerprint: str  # what the index was computed from
     up_to_date: bool = False  # nothing changed since the last index step
 
+    def decoded_path(self, spark: SparkSession, schema_id: str) -> str | None:
+        """Where the schema's chained messages are (None: it has none)."""
+        if self.chained_run is None:
+            return None
+        path = self.warehouse.chained_schema(self.chained_run, schema_id)
+        return path if exists(spark, path) else None
 
-def run_index(spark: SparkSession, conn: psycopg.Connection, jdbc: Jdbc) -> IndexResult:
+    def decoded(self, spark: SparkSession) -> DataFrame | None:
+        """Every chained message of the store (None before the first entry)."""
+        if self.chained_run is None:
+            return None
+        return spark.read.parquet(self.warehouse.chained(self.chained_run))
+
+
+def run_index(spark: SparkSession, conn: psycopg.Connection, url: str) -> IndexResult:
     """The whole index step, under an advisory lock (concurrent runs wait, then find
     nothing left to verify)."""
-    require_autocommit(conn)
-    conn.execute("SELECT pg_advisory_lock(%s)", (INDEX_LOCK,))
+    state_sql.hold_pipeline_lock(conn)
     try:
-        return _run_index(spark, conn, jdbc)
+        return _run_index(spark, conn, url)
     finally:
-        conn.execute("SELECT pg_advisory_unlock(%s)", (INDEX_LOCK,))
+        state_sql.release_pipeline_lock(conn)
 
 
-FINGERPRINT = """
-SELECT (SELECT count(*) || ':' || coalesce(max(ingest_seq), 0) FROM p2panda.entries) || ':'
-    || (SELECT md5(coalesce(string_agg(schema_id, ',' ORDER BY schema_id), ''))
-        FROM p2panda.schemas)
-"""
-
-
-def _fingerprint(conn: psycopg.Connection) -> str:
-    return conn.execute(FINGERPRINT).fetchone()[0]
-
-
-def _run_index(spark: SparkSession, conn: psycopg.Connection, jdbc: Jdbc) -> IndexResult:
-    before = _fingerprint(conn)
-    stored = conn.execute("SELECT fingerprint FROM p2panda.index_state").fetchone()
-    if stored is not None and stored[0] == before:
-        catalog = stored_catalog(conn)
-        summaries = conn.execute("SELECT count(*) FROM p2panda.logs").fetchone()[0]
-        return IndexResult(0, summaries, catalog, Assignment(), catalog.order(), up_to_date=True)
-    verified = verify_new_entries(spark, conn, jdbc)
-    chained = (
-        verified_entries(spark, jdbc)
-        .groupBy("author", "log_id")
-        .applyInPandas(_chain_group, CHAIN_SPARK)
+def last_index(spark: SparkSession, conn: psycopg.Connection) -> IndexResult:
+    """The index as the last index step left it (no Spark job, nothing verified)."""
+    state = state_sql.pipeline_state(conn)
+    catalog = stored_catalog(conn)
+    return IndexResult(
+        0,
+        state_sql.count_logs(conn),
+        catalog,
+        catalog.order(),
+        current_warehouse(spark, conn),
+        state.chained_run,
+        state_sql.indexed_fingerprint(conn) or "",
+        up_to_date=True,
     )
-    chained = chained.cache()
-    summaries = dict(
-        summary_of(r.asDict()) for r in chained.filter(F.col("row_type") == "log").collect()
-    )
-    catalog = load_catalog(
-        conn, [k for k, s in summaries.items() if s.is_schema], registered_schemas(conn)
-    )
-    assignment = catalog.assign(summaries)
-    order = catalog.order()
-    stage = _stage_table(
-        conn,
-        "accounts",
-        "hash bytea, schema_id text, state text, reason text, message text, origin text",
-    )
-    chain_accounts = chained.filter(F.col("row_type") == "account").select(
-        *column_names(ACCOUNT_SPARK)
-    )
-    append(chain_accounts.withColumn("origin", F.lit("chain")), jdbc, stage.as_string(conn))
-    chained.unpersist()
-    _append_waiting_accounts(spark, conn, jdbc, stage, catalog, assignment, order)
-    schema_accounts: Accounts = {}
-    for schema_id in catalog.histories:
-        schema_accounts.update(catalog.schema_accounts(schema_id))
-    _copy_accounts(conn, stage, schema_accounts, "schema")
-    _write_logs(conn, summaries, assignment)
-    _merge_accounts(conn, stage)
-    conn.execute(
-        "INSERT INTO p2panda.index_state VALUES (1, %s) ON CONFLICT (id) DO UPDATE"
-        " SET fingerprint = EXCLUDED.fingerprint",
-        (before,),
-    )
-    return IndexResult(verified, len(summaries), catalog, assignment, order)
 
 
-def _append_waiting_accounts(
+def _run_index(spark: SparkSession, conn: psycopg.Connection, url: str) -> IndexResult:
+    verified = verify_new_entries(spark, conn, url)
+    warehouse = current_warehouse(spark, conn)
+    fingerprint = state_sql.store_fingerprint(conn)
+    state = state_sql.pipeline_state(conn)
+    if state_sql.indexed_fingerprint(conn) == fingerprint:
+        return replace(last_index(spark, conn), verified=verified)
+    if state.batch == 0:  # nothing verified yet: no log, no schema
+        catalog = Catalog({}, {}, registered_schemas(conn))
+        _commit(conn, url, spark, [], None, _empty_accounts(spark), warehouse, fingerprint)
+        return IndexResult(verified, 0, catalog, catalog.order(), warehouse, None, fingerprint)
+    good = spark.read.parquet(warehouse.entries).filter(F.col("verdict") == "ok")
+    chained = map_groups(good, ("author", "log_id"), ("seq",), _chain_group, CHAIN_ARROW).persist(
+        StorageLevel.MEMORY_AND_DISK
+    )
+    try:
+        summaries = dict(
+            summary_of(r.asDict()) for r in chained.filter(F.col("row_type") == "log").collect()
+        )
+        schema_keys = [k for k, s in summaries.items() if s.is_schema]
+        catalog = Catalog.build(_schema_logs(spark, chained, schema_keys), registered_schemas(conn))
+        assignment = catalog.assign(summaries)
+        order = catalog.order()
+        plan = _log_plan(summaries, assignment)
+        run = secrets.token_hex(6)
+        items = chained.filter(F.col("row_type") == "item")
+        _write_chained(spark, items, plan, warehouse.chained(run))
+        accounts = _index_accounts(spark, chained, catalog, assignment, order, plan)
+        _commit(conn, url, spark, _log_rows(summaries, plan), run, accounts, warehouse, fingerprint)
+    finally:
+        chained.unpersist()
+    _keep_chained(spark, warehouse, {run, state.chained_run})
+    return IndexResult(verified, len(summaries), catalog, order, warehouse, run, fingerprint)
+
+
+def _keep_chained(spark: SparkSession, warehouse: Warehouse, keep: set[str | None]) -> None:
+    """Remove older chained runs. The previous one stays: a build that started from it
+    (and holds the pipeline lock while it reads) must still find its files."""
+    base = warehouse.chained("").rstrip("/")
+    for name in children(spark, base):
+        if name not in keep:
+            remove(spark, f"{base}/{name}")
+
+
+def _schema_logs(spark: SparkSession, chained: DataFrame, keys: list[LogKey]) -> list[ChainedLog]:
+    """The schema logs' chained items, to the driver (small), as `ChainedLog`s."""
+    if not keys:
+        return []
+    wanted = spark.createDataFrame(
+        [(a, Decimal(i)) for a, i in keys], "author binary, log_id decimal(20,0)"
+    )
+    rows = (
+        chained.filter(F.col("row_type") == "item")
+        .join(F.broadcast(wanted), ["author", "log_id"], "left_semi")
+        .select("author", "log_id", "seq", "hash", "payload")
+        .collect()
+    )
+    by_log: dict[tuple[bytes, int], list[Row]] = {}
+    for row in rows:
+        by_log.setdefault((bytes(row["author"]), int(row["log_id"])), []).append(row.asDict())
+    return [items_log(by_log[key]) for key in sorted(by_log)]
+
+
+# (schema the log's messages go with, or NO_SCHEMA; schema | assigned | duplicate | waiting)
+LogPlan = dict[LogKey, tuple[str, str, Rejection | None]]
+
+
+def _log_plan(summaries: dict[LogKey, LogSummary], assignment: Assignment) -> LogPlan:
+    plan: LogPlan = {}
+    for key, summary in summaries.items():
+        if summary.is_schema:
+            plan[key] = (schema_id_of(key), "schema", None)
+        elif key in assignment.schema_of:
+            plan[key] = (assignment.schema_of[key], "assigned", None)
+        elif key in assignment.duplicate:
+            plan[key] = (assignment.duplicate[key], "duplicate", None)
+        else:
+            plan[key] = (NO_SCHEMA, "waiting", assignment.waiting.get(key))
+    return plan
+
+
+def _plan_frame(spark: SparkSession, plan: LogPlan) -> DataFrame:
+    rows = [
+        (author, Decimal(log_id), schema, assignment, schema_id_of((author, log_id)) == schema)
+        for (author, log_id), (schema, assignment, _) in plan.items()
+    ]
+    return spark.createDataFrame(
+        rows,
+        "author binary, log_id decimal(20,0), schema string, assignment string, "
+        "is_schema_log boolean",
+    )
+
+
+def _write_chained(spark: SparkSession, items: DataFrame, plan: LogPlan, path: str) -> None:
+    """Every accepted entry, decoded, by the schema of its log (`schema=` partitions)."""
+    planned = items.join(F.broadcast(_plan_frame(spark, plan)), ["author", "log_id"])
+    decoded = planned.select(*DECODED_COLUMNS, "schema")
+    decoded.repartition("schema").write.mode("overwrite").partitionBy("schema").parquet(path)
+
+
+def _index_accounts(
     spark: SparkSession,
-    conn: psycopg.Connection,
-    jdbc: Jdbc,
-    stage: sql.Composed,
+    chained: DataFrame,
     catalog: Catalog,
     assignment: Assignment,
     order: BuildOrder,
-) -> None:
-    """Accounts of the instance logs no materialization will reduce: logs whose schema
-    cannot be determined, an author's second logs, and logs of schemas not built."""
-    built = set(order.order)
-    plan: list[tuple[bytes, Decimal, str, str | None, str, str]] = []
-    for key, why in assignment.waiting.items():
-        plan.append((key[0], Decimal(key[1]), "waiting", None, str(why.reason), why.message))
-    for key, schema_id in assignment.duplicate.items():
-        plan.append((key[0], Decimal(key[1]), "duplicate", schema_id, "", ""))
-    for key, schema_id in assignment.schema_of.items():
-        if schema_id not in built:
-            why = catalog.not_built(schema_id, order)
-            plan.append(
-                (key[0], Decimal(key[1]), "waiting", schema_id, str(why.reason), why.message)
-            )
-    if not plan:
-        return
-    wanted = spark.createDataFrame(
-        plan,
-        "author binary, log_id decimal(20,0), plan string, plan_schema string, "
-        "why_reason string, why_message string",
+    plan: LogPlan,
+) -> DataFrame:
+    """The accounts the index decides: chain rules, schema log entries, and the logs no
+    schema build will reduce (their schema cannot be determined, is not built, or the
+    author has a lower log for it)."""
+    chain = chained.filter(F.col("row_type") == "account").select(
+        "hash",
+        F.lit(None).cast("string").alias("schema_id"),
+        "state",
+        "reason",
+        "message",
+        F.lit("chain").alias("origin"),
     )
-    frame = verified_entries(spark, jdbc).join(F.broadcast(wanted), ["author", "log_id"])
-    accounts = frame.groupBy("author", "log_id").applyInPandas(_waiting_group, ACCOUNT_SPARK)
-    append(accounts.withColumn("origin", F.lit("waiting")), jdbc, stage.as_string(conn))
+    schema_accounts: Accounts = {}
+    for schema_id in catalog.histories:
+        schema_accounts.update(catalog.schema_accounts(schema_id))
+    schema_rows = [(*r.values(), "schema") for r in account_rows(schema_accounts)]
+    frames = [chain]
+    if schema_rows:
+        frames.append(spark.createDataFrame(schema_rows, ACCOUNT_SPARK + ", origin string"))
+    built = set(order.order)
+    waiting: dict[LogKey, tuple[str, str | None, str, str]] = {}
+    for key, (schema, kind, why) in plan.items():
+        if kind == "waiting":
+            assert why is not None
+            waiting[key] = ("waiting", None, str(why.reason), why.message)
+        elif kind == "duplicate":
+            waiting[key] = ("duplicate", schema, "", "")
+        elif kind == "assigned" and schema not in built:
+            why = catalog.not_built(schema, order)
+            waiting[key] = ("waiting", schema, str(why.reason), why.message)
+    if waiting:
+        wanted = spark.createDataFrame(
+            [(a, Decimal(i), *v) for (a, i), v in waiting.items()],
+            "author binary, log_id decimal(20,0), plan string, plan_schema string, "
+            "why_reason string, why_message string",
+        )
+        items = chained.filter(F.col("row_type") == "item").select(
+            "author", "log_id", "seq", "hash", "payload"
+        )
+        planned = items.join(F.broadcast(wanted), ["author", "log_id"])
+        accounts = map_groups(
+            planned, ("author", "log_id"), ("seq",), _waiting_group, ACCOUNT_ARROW
+        )
+        frames.append(accounts.withColumn("origin", F.lit("waiting")))
+    result = frames[0]
+    for frame in frames[1:]:
+        result = result.unionByName(frame)
+    return result
 
 
-def _waiting_group(pdf: pd.DataFrame) -> pd.DataFrame:
-    log = chained_log(pdf)
-    first = pdf.iloc[0]
-    schema_id = first["plan_schema"]
+def _waiting_group(rows: list[Row]) -> list[Row]:
+    log = items_log(rows)
+    first = rows[0]
+    schema_id: str | None = first["plan_schema"]  # type: ignore[assignment]
     if first["plan"] == "duplicate":
+        assert schema_id is not None
         accounts = duplicate_log_accounts(log, schema_id)
     else:
-        accounts = waiting_accounts(
-            log, Rejection(Reason(first["why_reason"]), first["why_message"]), schema_id
-        )
-    return rows_frame(account_rows(accounts), column_names(ACCOUNT_SPARK))
+        why = Rejection(Reason(first["why_reason"]), str(first["why_message"]))
+        accounts = waiting_accounts(log, why, schema_id)
+    return account_rows(accounts)
 
 
-def _copy_accounts(
-    conn: psycopg.Connection, stage: sql.Composed, accounts: Accounts, origin: str
-) -> None:
-    with conn.cursor().copy(
-        sql.SQL("COPY {} (hash, schema_id, state, reason, message, origin) FROM STDIN").format(
-            stage
-        )
-    ) as copy:
-        for row in account_rows(accounts):
-            copy.write_row((*row.values(), origin))
+def _empty_accounts(spark: SparkSession) -> DataFrame:
+    return spark.createDataFrame([], ACCOUNT_SPARK + ", origin string")
 
 
-def _write_logs(
-    conn: psycopg.Connection, summaries: dict[LogKey, LogSummary], assignment: Assignment
-) -> None:
+def log_rows(
+    summaries: dict[LogKey, LogSummary], assignment: Assignment
+) -> list[tuple[object, ...]]:
+    """The rows of the logs table for these summaries and their assignment."""
+    return _log_rows(summaries, _log_plan(summaries, assignment))
+
+
+def _log_rows(summaries: dict[LogKey, LogSummary], plan: LogPlan) -> list[tuple[object, ...]]:
     rows = []
     for key, summary in summaries.items():
-        ref = summary.first_ref
-        if summary.is_schema:
-            kind, schema_id = "schema", schema_id_of(key)
-        elif key in assignment.schema_of:
-            kind, schema_id = "assigned", assignment.schema_of[key]
-        elif key in assignment.duplicate:
-            kind, schema_id = "duplicate", assignment.duplicate[key]
-        else:
-            kind, schema_id = "waiting", None
+        schema, kind, _ = plan[key]
         rows.append(
             (
                 key[0],
                 key[1],
                 summary.is_schema,
-                *ref_columns(ref),
-                schema_id,
+                *ref_columns(summary.first_ref),
+                None if schema == NO_SCHEMA else schema,
                 kind,
             )
         )
-    with conn.transaction():
-        conn.execute("DELETE FROM p2panda.logs")
-        with conn.cursor().copy(
-            "COPY p2panda.logs (author, log_id, is_schema, ref_schema_id, ref_version,"
-            " ref_hash, schema_id, assignment) FROM STDIN"
-        ) as copy:
-            for row in rows:
-                copy.write_row(row)
+    return rows
 
 
-def _merge_accounts(conn: psycopg.Connection, stage: sql.Composed) -> None:
-    """Replace every account the index step decides, in one transaction: verification
-    rejections, chain rejections and pending, schema log entries, and waiting logs; then
-    give the verification and chain ones the schema of their log."""
-    with conn.transaction():
-        conn.execute("DELETE FROM p2panda.accounts WHERE origin <> 'instance'")
-        conn.execute(sql.SQL(INDEX_ACCOUNTS).format(stage))
-        conn.execute(ATTRIBUTE_ACCOUNTS)
-        conn.execute(sql.SQL("DROP TABLE {}").format(stage))
+def _commit(
+    conn: psycopg.Connection,
+    url: str,
+    spark: SparkSession,
+    logs: list[tuple[object, ...]],
+    run: str | None,
+    accounts: DataFrame,
+    warehouse: Warehouse,
+    fingerprint: str,
+) -> None:
+    stage = state_sql.stage_table(conn, "accounts", secrets.token_hex(6))
+    try:
+        target = Target(stage.schema, stage.name, ACCOUNT_TARGET.columns, ACCOUNT_TARGET.types)
+        copy_frame(accounts, url, target)
+        state_sql.commit_index(conn, logs, stage, run, fingerprint)
+    except BaseException:
+        state_sql.drop_tables(conn, [stage])
+        if run is not None:
+            remove(spark, warehouse.chained(run))
+        raise

@@ -1,7 +1,12 @@
-"""Materializing one schema: its instance logs reduced in Spark partitions by the
-engine's `reduce_instance_log`, cascades applied as a fixpoint of joins, and the table,
-its accounts, its deleted set, its registry row and the views by name replaced in one
-transaction (readers see the old table or the new one, never half of one).
+"""Materializing many schemas in one Spark job.
+
+The instance logs of every schema to build are reduced together, one Spark group per
+log, by the engine's `reduce_instance_log`; cascades run as one fixpoint of joins over
+all of them (upstream schemas built earlier contribute their stored deleted sets); the
+rows are written by binary COPY from the partitions into one staging table per schema;
+then each schema is swapped in its own transaction. A schema whose build fails (a value
+PostgreSQL refuses, a swap that cannot be done) is recorded `failed` with the message
+and keeps its old table; the others are built.
 
 The same steps build a lens in time (`as_of`): the table as it was at an older version
 of the schema, beside the current one, from the same immutable messages.
@@ -9,19 +14,18 @@ of the schema, beside the current one, from the same immutable messages.
 
 from __future__ import annotations
 
-import re
-import uuid
-from dataclasses import dataclass, field
+import pickle
+import secrets
+import traceback
+from collections.abc import Sequence
 from decimal import Decimal
 
-import pandas as pd
 import psycopg
-from psycopg import sql
-from psycopg.types.json import Jsonb
+import pyarrow as pa
+from pyspark import StorageLevel
 from pyspark.broadcast import Broadcast
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
 from p2panda_assets.engine.compatibility import history_compatibility
 from p2panda_assets.engine.corpus import (
@@ -34,212 +38,151 @@ from p2panda_assets.engine.instances import Instance
 from p2panda_assets.engine.lens import Lens
 from p2panda_assets.engine.relations import BuildOrder, relation_target
 from p2panda_assets.errors import Reason
-from p2panda_assets.pipeline.columns import (
-    SYSTEM_COLUMNS_PG,
-    field_columns,
-    pg_type,
-    rows_frame,
-    spark_type,
-    spark_value,
-)
-from p2panda_assets.pipeline.decoded import items_log
-from p2panda_assets.pipeline.index import UPSERT_ACCOUNTS, account_rows
-from p2panda_assets.pipeline.jdbc import Jdbc, append, read_query, require_autocommit
-from p2panda_assets.protocol.fieldtypes import FieldType
+from p2panda_assets.pipeline.columns import pg_type
+from p2panda_assets.pipeline.copy import Target, copy_frame, copy_partitions
+from p2panda_assets.pipeline.groups import Row, map_groups
+from p2panda_assets.pipeline.index import IndexResult, account_rows, items_log
+from p2panda_assets.protocol.ids import checked_schema_id
 from p2panda_assets.protocol.log import Rejection
+from p2panda_assets.store import tables
+from p2panda_assets.store.pipeline_state import Stage, hold_pipeline_lock, release_pipeline_lock
 from p2panda_assets.store.registry import table_name_for, version_table_name_for
-from p2panda_assets.store.views import create_views, drop_views
+from p2panda_assets.store.tables import Outcome
 
-SCHEMA_ID = re.compile(r"^[0-9a-f]{64}-[0-9]{1,20}$")
-
-
-@dataclass(slots=True)
-class Outcome:
-    """What one materialization did, for the registry, the CLI and Dagster metadata."""
-
-    schema_id: str
-    status: str  # materialized | dropped | waiting
-    message: str = ""
-    rows: int = 0
-    version: int | None = None
-    version_hash: str | None = None
-    table_name: str = ""
-    upstream: tuple[str, ...] = ()
-    fallbacks: dict[str, int] = field(default_factory=dict)
-
-
-def checked_schema_id(schema_id: str) -> str:
-    """Schema ids reach SQL text only after this check (they are hex and digits)."""
-    if not SCHEMA_ID.match(schema_id):
-        raise ValueError(f"not a schema id: {schema_id!r}")
-    return schema_id
-
-
-def reduce_schema_type(catalog: Catalog, schema_id: str) -> T.StructType:
-    """The rows `_reduce_group` returns: instance rows and account rows in one frame."""
-    fields = [
-        T.StructField("row_type", T.StringType()),
-        T.StructField("hash", T.BinaryType()),
-        T.StructField("author", T.BinaryType()),
-        T.StructField("version", T.LongType()),
-        T.StructField("seq", T.DecimalType(20, 0)),
-        T.StructField("deleted", T.BooleanType()),
-        T.StructField("fell_back", T.ArrayType(T.StringType())),
-        T.StructField("cascade_target", T.ArrayType(T.StringType())),
-        T.StructField("cascade_ref", T.ArrayType(T.BinaryType())),
-        T.StructField("messages", T.ArrayType(T.BinaryType())),
-        T.StructField("shaping", T.ArrayType(T.BinaryType())),
-        T.StructField("schema_id", T.StringType()),
-        T.StructField("state", T.StringType()),
-        T.StructField("reason", T.StringType()),
-        T.StructField("message", T.StringType()),
+REDUCED_ARROW = pa.schema(
+    [
+        ("row_type", pa.string()),  # instance | account | error
+        ("schema", pa.string()),
+        ("hash", pa.binary()),
+        ("deleted", pa.bool_()),
+        ("cascade_target", pa.list_(pa.string())),
+        ("cascade_ref", pa.list_(pa.binary())),
+        ("messages", pa.list_(pa.binary())),
+        ("shaping", pa.list_(pa.binary())),
+        ("fell_back", pa.list_(pa.string())),
+        ("row", pa.binary()),  # the table row, pickled engine values
+        ("state", pa.string()),
+        ("reason", pa.string()),
+        ("message", pa.string()),
     ]
-    lens = catalog.histories[schema_id].lens
-    fields += [T.StructField(column, spark_type(ftype)) for column, _, ftype in field_columns(lens)]
-    return T.StructType(fields)
+)
+ACCOUNT_COLUMNS = ("hash", "schema_id", "state", "reason", "message")
+ACCOUNT_TYPES = ("bytea", "text", "text", "text", "text")
+SYSTEM_TYPES = ("text", "text", "int8", "numeric", "text")
 
 
-def _instance_row(catalog: Catalog, schema_id: str, instance: Instance) -> dict[str, object]:
-    history = catalog.histories[schema_id]
-    targets, refs = [], []
-    for spec in history.lens.values():
-        if spec.relation is None or not spec.cascade:
-            continue
-        value = instance.values.get(spec.name)
-        for hex_id in value if isinstance(value, tuple) else (value,):
-            if isinstance(hex_id, str):
-                targets.append(relation_target(spec.relation, catalog.hash_index))
-                refs.append(bytes.fromhex(hex_id))
-    row: dict[str, object] = {
-        "row_type": "instance",
-        "hash": instance.id,
-        "author": instance.author,
-        "version": instance.version,
-        "seq": Decimal(instance.seq),
-        "deleted": instance.deleted_by is not None,
-        "fell_back": sorted(instance.fell_back),
-        "cascade_target": targets,
-        "cascade_ref": refs,
-        "messages": instance.messages,
-        "shaping": sorted(applied_if_live(instance, history.lens)),
-    }
-    for column, name, ftype in field_columns(history.lens):
-        row[column] = spark_value(instance.values.get(name), ftype)
-    return row
+def ordered(schema_ids: Sequence[str], order: BuildOrder) -> list[str]:
+    """`schema_ids` upstream first; those outside the build order after them."""
+    wanted = set(schema_ids)
+    first = [s for s in order.order if s in wanted]
+    return first + sorted(wanted - set(first))
 
 
-def _reduce_rows(catalog: Catalog, schema_id: str, owners: dict, pdf: pd.DataFrame) -> list[dict]:
-    log = items_log(pdf)
-    reduction = reduce_instance_log(catalog, schema_id, log, owners.get)
-    rows = [_instance_row(catalog, schema_id, i) for i in reduction.instances.values()]
-    for row in account_rows(reduction_accounts(reduction, schema_id)):
-        rows.append({"row_type": "account", **row})
-    return rows
-
-
-def materialize_schema(
+def materialize_schemas(
     spark: SparkSession,
     conn: psycopg.Connection,
-    jdbc: Jdbc,
-    schema_id: str,
-    catalog: Catalog,
-    order: BuildOrder,
-    decoded: DataFrame | None,
-    as_of: int | None = None,
-) -> Outcome:
-    """Materialize `schema_id` from its decoded messages (`decoded.decode_schema`).
+    url: str,
+    index: IndexResult,
+    schema_ids: Sequence[str],
+) -> list[Outcome]:
+    """Build the tables of `schema_ids` (registered schemas) in one Spark job, upstream
+    first; one outcome per schema. Under the pipeline lock: builds and swaps of other
+    processes wait for this one."""
+    hold_pipeline_lock(conn)
+    try:
+        return _materialize(spark, conn, url, index, index.catalog, schema_ids, None)
+    finally:
+        release_pipeline_lock(conn)
 
-    With `as_of`, `catalog` holds the schema's log cut at that version
-    (`index.stored_catalog(conn, cut=...)`), and the table goes to `p2panda_versions`;
-    the current table, its accounts, deleted set and registry row stay as they are."""
-    require_autocommit(conn)
-    schema_id = checked_schema_id(schema_id)
+
+def materialize_version(
+    spark: SparkSession,
+    conn: psycopg.Connection,
+    url: str,
+    index: IndexResult,
+    catalog: Catalog,
+    schema_id: str,
+    version: int,
+) -> Outcome:
+    """Build `schema_id` as it was at `version` (`catalog` holds its log cut there)."""
+    hold_pipeline_lock(conn)
+    try:
+        return _materialize(spark, conn, url, index, catalog, [schema_id], version)[0]
+    finally:
+        release_pipeline_lock(conn)
+
+
+def _materialize(
+    spark: SparkSession,
+    conn: psycopg.Connection,
+    url: str,
+    index: IndexResult,
+    catalog: Catalog,
+    schema_ids: Sequence[str],
+    as_of: int | None,
+) -> list[Outcome]:
+    order = catalog.order()
+    schema_ids = ordered([checked_schema_id(s) for s in schema_ids], order)
+    outcomes = {s: _outcome(catalog, order, s, as_of) for s in schema_ids}
+    built_from = tables.built_fingerprints(conn, schema_ids) if as_of is None else {}
+    ready = []
+    for schema_id in schema_ids:
+        outcome = outcomes[schema_id]
+        why = why_pending(conn, catalog, order, schema_id, set(ready))
+        if why is not None:
+            outcome.status, outcome.reason, outcome.message = (
+                "waiting",
+                str(why.reason),
+                why.message,
+            )
+            if as_of is None:
+                tables.record_status(conn, outcome)
+        elif built_from.get(schema_id) == index.fingerprint:
+            outcome.status = "unchanged"
+        else:
+            ready.append(schema_id)
+    if ready:
+        _build(spark, conn, url, index, catalog, order, [outcomes[s] for s in ready], as_of)
+    return [outcomes[s] for s in schema_ids]
+
+
+def _outcome(catalog: Catalog, order: BuildOrder, schema_id: str, as_of: int | None) -> Outcome:
+    history = catalog.histories.get(schema_id)
     table_name = (
         table_name_for(schema_id) if as_of is None else version_table_name_for(schema_id, as_of)
     )
-    upstream = order.upstream.get(schema_id, ())
-    why = _why_waiting(conn, catalog, order, schema_id, upstream)
-    if why is not None:
-        outcome = Outcome(
-            schema_id, "waiting", f"{why.reason}: {why.message}", table_name=table_name
-        )
-        _versions(outcome, catalog)
-        if as_of is None:
-            with conn.transaction():
-                drop_views(conn)
-                _update_registry(conn, outcome, catalog)
-                create_views(conn)
-        return outcome
-    assert decoded is not None, "a schema in the build order has decoded messages"
-    history = catalog.histories[schema_id]
-    broadcast = spark.sparkContext.broadcast((catalog, schema_id, _owners(conn, schema_id)))
-    reduced = _reduce(decoded, broadcast, reduce_schema_type(catalog, schema_id)).cache()
-    instances = reduced.filter(F.col("row_type") == "instance")
-    targets = cascade_targets(catalog, schema_id)
-    deleted = _cascade(spark, jdbc, schema_id, instances, targets, upstream)
-    flagged = (
-        instances.join(deleted.withColumn("gone", F.lit(True)), "hash", "left")
-        .withColumn("live", F.col("gone").isNull())
-        .cache()
-    )
     outcome = Outcome(
         schema_id,
-        "materialized" if history.lens else "dropped",
+        "materialized" if history is not None and history.lens else "dropped",
         table_name=table_name,
-        upstream=upstream,
+        upstream=order.upstream.get(schema_id, ()),
     )
-    _versions(outcome, catalog)
-    staged = _Staged()
-    try:
-        if as_of is None:
-            _stage_accounts(conn, jdbc, staged, schema_id, reduced, flagged)
-            staged.deleted = _stage(conn, "p2panda", "instance_id bytea")
-            append(
-                deleted.select(F.col("hash").alias("instance_id")),
-                jdbc,
-                staged.name(conn, "deleted"),
-            )
-        if history.lens:
-            _stage_rows(conn, jdbc, staged, history.lens, flagged, outcome)
-        if as_of is None:
-            _swap(conn, outcome, catalog, staged, field_columns(history.lens))
-        else:
-            _swap_version(conn, outcome, staged, field_columns(history.lens))
-    except BaseException:
-        _drop(conn, staged)  # a failed run leaves the previous table and no litter
-        raise
-    finally:
-        reduced.unpersist()
-        flagged.unpersist()
-        broadcast.unpersist()
+    if history is not None:
+        latest = history.latest
+        if latest is not None:
+            outcome.version, outcome.version_hash = latest.seq, latest.hash.hex()
+            outcome.description = latest.meta.description if latest.meta else None
+        outcome.name = history.name
+        outcome.migrations = {
+            str(seq): str(c.kind) for seq, c in history_compatibility(history).items()
+        }
     return outcome
 
 
-def _why_waiting(
+def why_pending(
     conn: psycopg.Connection,
     catalog: Catalog,
     order: BuildOrder,
     schema_id: str,
-    upstream: tuple[str, ...],
+    built_before: set[str],
 ) -> Rejection | None:
     """Why the schema cannot be built now: not in the build order, or an upstream schema
-    not materialized yet (its deleted set, which cascades read, would be missing). The
-    sensors and `panda materialize` order runs upstream first; this guards runs launched
-    by hand."""
+    neither materialized nor built earlier in this run (the deleted set its cascades
+    read would be missing)."""
     if schema_id not in order.order:
         return catalog.not_built(schema_id, order)
-    others = [s for s in upstream if s != schema_id]
-    if not others:
-        return None
-    built = {
-        s
-        for (s,) in conn.execute(
-            "SELECT schema_id FROM p2panda.schemas WHERE schema_id = ANY(%s)"
-            " AND status IN ('materialized', 'dropped')",
-            (others,),
-        )
-    }
-    missing = sorted(set(others) - built)
+    others = [s for s in order.upstream.get(schema_id, ()) if s != schema_id]
+    missing = sorted(set(others) - built_before - tables.materialized_schemas(conn, others))
     if missing:
         return Rejection(
             Reason.AWAITING_SCHEMA, f"upstream schema {missing[0]} is not materialized yet"
@@ -247,135 +190,84 @@ def _why_waiting(
     return None
 
 
-def _versions(outcome: Outcome, catalog: Catalog) -> None:
-    """The registry keeps the schema's current version, built or waiting."""
-    history = catalog.histories.get(outcome.schema_id)
-    latest = history.latest if history else None
-    if latest is not None:
-        outcome.version, outcome.version_hash = latest.seq, latest.hash.hex()
+# --- the reduction (one Spark group per instance log) ------------------------------------
 
 
-@dataclass(slots=True)
-class _Staged:
-    """One run's staging tables (None until created)."""
-
-    accounts: sql.Composed | None = None
-    deleted: sql.Composed | None = None
-    table: sql.Composed | None = None
-
-    def name(self, conn: psycopg.Connection, which: str) -> str:
-        return getattr(self, which).as_string(conn)
-
-
-def _reduce(decoded: DataFrame, broadcast: Broadcast, result_type: T.StructType) -> DataFrame:
-    """Every instance log of the schema through the engine, one Spark group per log."""
-    names = result_type.fieldNames()
-
-    def reduce_group(pdf: pd.DataFrame) -> pd.DataFrame:
-        catalog, schema_id, owners = broadcast.value
-        return rows_frame(_reduce_rows(catalog, schema_id, owners, pdf), names)
-
-    instance_logs = decoded.filter(~F.col("is_schema_log"))
-    return instance_logs.groupBy("author", "log_id").applyInPandas(reduce_group, result_type)
-
-
-def _stage_accounts(
-    conn: psycopg.Connection,
-    jdbc: Jdbc,
-    staged: _Staged,
-    schema_id: str,
-    reduced: DataFrame,
-    flagged: DataFrame,
-) -> None:
-    """The accounts of the schema's instance logs: rejected, pending and delete entries
-    from the reduction; the messages of each instance applied or superseded, by whether
-    the instance survived the cascades and whether the message still shapes it."""
-    staged.accounts = _stage(
-        conn,
-        "p2panda",
-        "hash bytea, schema_id text, state text, reason text, message text, origin text",
+def _instance_row(catalog: Catalog, schema_id: str, instance: Instance) -> dict[str, object]:
+    lens = catalog.histories[schema_id].lens
+    targets, refs = [], []
+    for spec in lens.values():
+        if spec.relation is None or not spec.cascade:
+            continue
+        value = instance.values.get(spec.name)
+        for hex_id in value if isinstance(value, tuple) else (value,):
+            if isinstance(hex_id, str):
+                targets.append(relation_target(spec.relation, catalog.hash_index))
+                refs.append(bytes.fromhex(hex_id))
+    row = (
+        instance.id.hex(),
+        instance.author.hex(),
+        instance.version,
+        Decimal(instance.seq),
+        instance.messages[-1].hex(),
+        *(instance.values.get(name) for name in lens),
     )
-    from_reduction = reduced.filter(F.col("row_type") == "account").select(
-        "hash", "schema_id", "state", "reason", "message"
+    return {
+        "row_type": "instance",
+        "schema": schema_id,
+        "hash": instance.id,
+        "deleted": instance.deleted_by is not None,
+        "cascade_target": targets,
+        "cascade_ref": refs,
+        "messages": instance.messages,
+        "shaping": sorted(applied_if_live(instance, lens)),
+        "fell_back": sorted(instance.fell_back),
+        "row": pickle.dumps(row, protocol=pickle.HIGHEST_PROTOCOL),
+    }
+
+
+def _reduce_rows(catalog: Catalog, rows: list[Row]) -> list[Row]:
+    """One instance log through the engine's `reduce_instance_log`: its instances as
+    table rows (with what cascades and accounts need), and its entries' accounts."""
+    schema_id: str = rows[0]["schema"]  # type: ignore[assignment]
+    try:
+        owners = {
+            row["instance"]: (row["owner_author"], int(row["owner_log"]))  # type: ignore[call-overload]
+            for row in rows
+            if row["owner_author"] is not None
+        }
+        reduction = reduce_instance_log(catalog, schema_id, items_log(rows), owners.get)  # type: ignore[arg-type]
+        out = [_instance_row(catalog, schema_id, i) for i in reduction.instances.values()]
+    except Exception as error:  # one log's failure fails only its schema
+        detail = "".join(traceback.format_exception_only(error)).strip()
+        return [{"row_type": "error", "schema": schema_id, "message": detail}]
+    for row in account_rows(reduction_accounts(reduction, schema_id)):
+        out.append({"row_type": "account", "schema": schema_id, **row})
+    return out
+
+
+def _reduce(items: DataFrame, broadcast: Broadcast) -> DataFrame:
+    def reduce_group(rows: list[Row]) -> list[Row]:
+        return _reduce_rows(broadcast.value, rows)
+
+    return map_groups(items, ("author", "log_id"), ("seq",), reduce_group, REDUCED_ARROW)
+
+
+def _with_owners(items: DataFrame, decoded: DataFrame) -> DataFrame:
+    """Each update and delete with the log of the create it names (anywhere in the
+    store, chain-accepted): the engine's owner lookup for `not-author`."""
+    creates = decoded.filter(F.col("kind") == "create").select(
+        F.col("hash").alias("instance"),
+        F.col("author").alias("owner_author"),
+        F.col("log_id").alias("owner_log"),
     )
-    shaped = F.col("live") & F.array_contains("shaping", F.col("m"))
-    from_instances = flagged.select(F.explode("messages").alias("m"), "live", "shaping").select(
-        F.col("m").alias("hash"),
-        F.lit(schema_id).alias("schema_id"),
-        F.when(shaped, "applied").otherwise("superseded").alias("state"),
-        F.lit(None).cast("string").alias("reason"),
-        F.lit("").alias("message"),
-    )
-    accounts = from_reduction.unionByName(from_instances).withColumn("origin", F.lit("instance"))
-    append(accounts, jdbc, staged.name(conn, "accounts"))
+    return items.join(creates, "instance", "left")
 
 
-def _stage_rows(
-    conn: psycopg.Connection,
-    jdbc: Jdbc,
-    staged: _Staged,
-    lens: Lens,
-    flagged: DataFrame,
-    outcome: Outcome,
-) -> None:
-    """The live instances as rows of a staging table with the exact column types."""
-    columns = field_columns(lens)
-    definitions = [f"{n} {t}" for n, t in SYSTEM_COLUMNS_PG] + [
-        f"{c} {pg_type(f)}" for c, _, f in columns
-    ]
-    staged.table = _stage(conn, outcome.table_name.split(".")[0], ", ".join(definitions))
-    live = flagged.filter("live")
-    rows = live.select(
-        F.lower(F.hex("hash")).alias("_instance_id"),
-        F.lower(F.hex("author")).alias("_author"),
-        F.col("version").alias("_version"),
-        F.col("seq").alias("_seq"),
-        F.lower(F.hex(F.element_at("messages", -1))).alias("_entry"),
-        *[c for c, _, _ in columns],
-    )
-    append(rows, jdbc, staged.name(conn, "table"))
-    outcome.fallbacks = _fallbacks(live, [n for _, n, _ in columns])
-    outcome.rows = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(staged.table)).fetchone()[
-        0
-    ]
+# --- cascades ---------------------------------------------------------------------------
 
 
-def _drop(conn: psycopg.Connection, staged: _Staged) -> None:
-    for name in (staged.accounts, staged.deleted, staged.table):
-        if name is not None:
-            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(name))
-
-
-def _fallbacks(live: DataFrame, names: list[str]) -> dict[str, int]:
-    counted = dict.fromkeys(names, 0)
-    for row in live.select(F.explode("fell_back").alias("f")).groupBy("f").count().collect():
-        if row["f"] in counted:
-            counted[row["f"]] = row["count"]
-    return counted
-
-
-def _owners(conn: psycopg.Connection, schema_id: str) -> dict[bytes, tuple[bytes, int]]:
-    """Creates (anywhere, chain-accepted) that the schema's updates and deletes name:
-    the engine's owner lookup, for `not-author` and `wrong-schema`. Small."""
-    rows = conn.execute(
-        """
-        SELECT DISTINCT c.hash, ce.author, ce.log_id
-        FROM p2panda.message_index m
-        JOIN p2panda.entries e ON e.hash = m.hash
-        JOIN p2panda.logs l ON l.author = e.author AND l.log_id = e.log_id
-        JOIN p2panda.message_index c ON c.hash = m.instance AND c.kind = 'create'
-        JOIN p2panda.entries ce ON ce.hash = c.hash
-        WHERE l.schema_id = %s AND l.assignment = 'assigned' AND m.kind IN ('update', 'delete')
-          AND NOT EXISTS (
-            SELECT 1 FROM p2panda.accounts a WHERE a.hash = c.hash AND a.origin = 'chain'
-          )
-        """,
-        (schema_id,),
-    ).fetchall()
-    return {bytes(h): (bytes(a), int(log)) for h, a, log in rows}
-
-
-def cascade_targets(catalog: Catalog, schema_id: str) -> set[str]:
+def cascade_targets(catalog: Catalog, schema_id: str) -> set[str | None]:
     """The schemas the current lens's cascade relation fields point at."""
     return {
         relation_target(spec.relation, catalog.hash_index)
@@ -386,195 +278,241 @@ def cascade_targets(catalog: Catalog, schema_id: str) -> set[str]:
 
 def _cascade(
     spark: SparkSession,
-    jdbc: Jdbc,
-    schema_id: str,
+    conn: psycopg.Connection,
+    catalog: Catalog,
     instances: DataFrame,
-    targets: set[str],
-    upstream: tuple[str, ...],
+    schema_ids: list[str],
 ) -> DataFrame:
-    """Every deleted instance id (column `hash`): deleted by a message, or pointing along
-    a cascade relation at a deleted instance, upstream (final sets, from the store) or in
-    this schema (iterated to a fixpoint), as `engine.cascade.apply_cascades` does. Only
-    the joins the cascade `targets` need are run: each is a Spark job or more."""
-    deleted = instances.filter("deleted").select("hash")
-    others = [checked_schema_id(s) for s in upstream if s != schema_id and s in targets]
-    if not others and schema_id not in targets:
+    """Every deleted instance (`schema`, `hash`): deleted by a message, or pointing along
+    a cascade relation at a deleted instance, upstream (stored sets of schemas built
+    before) or in this run (a fixpoint over all its schemas), as
+    `engine.cascade.apply_cascades` does schema by schema. Only the joins the cascade
+    fields need are run: each is a Spark job or more."""
+    deleted = instances.filter("deleted").select("schema", "hash")
+    targets = {t for s in schema_ids for t in cascade_targets(catalog, s)}
+    if not targets:
         return deleted
     refs = (
         instances.select(
-            "hash", F.explode(F.arrays_zip("cascade_target", "cascade_ref")).alias("c")
+            "schema", "hash", F.explode(F.arrays_zip("cascade_target", "cascade_ref")).alias("c")
         )
         .select(
-            "hash", F.col("c.cascade_target").alias("target"), F.col("c.cascade_ref").alias("ref")
+            "schema",
+            "hash",
+            F.col("c.cascade_target").alias("target"),
+            F.col("c.cascade_ref").alias("ref"),
         )
-        .cache()
+        .persist(StorageLevel.MEMORY_AND_DISK)
     )
-    if others:
-        listed = ", ".join(f"'{s}'" for s in others)
-        gone = read_query(
-            spark,
-            jdbc,
-            "SELECT schema_id AS target, instance_id AS ref FROM p2panda.deleted_instances"
-            f" WHERE schema_id IN ({listed})",
-        )
-        deleted = deleted.union(
-            refs.join(gone, ["target", "ref"], "left_semi").select("hash")
-        ).distinct()
-    deleted = deleted.distinct().cache()
-    if schema_id not in targets:
+    outside = sorted(t for t in targets if t is not None and t not in schema_ids)
+    if outside:
+        stored = tables.deleted_sets(conn, outside)
+        gone = spark.createDataFrame(stored, "target string, ref binary")
+        deleted = deleted.unionByName(_reached(refs, F.broadcast(gone))).distinct()
+    deleted = deleted.persist(StorageLevel.MEMORY_AND_DISK)
+    if not targets & set(schema_ids):
         return deleted
-    own = refs.filter(F.col("target") == schema_id).select("hash", "ref").cache()
     while True:
-        reached = own.join(deleted.select(F.col("hash").alias("ref")), "ref", "left_semi").select(
-            "hash"
+        gone = deleted.select(F.col("schema").alias("target"), F.col("hash").alias("ref"))
+        new = (
+            _reached(refs, gone)
+            .join(deleted, ["schema", "hash"], "left_anti")
+            .distinct()
+            .persist(StorageLevel.MEMORY_AND_DISK)
         )
-        new = reached.join(deleted, "hash", "left_anti").distinct().cache()
         if new.isEmpty():
             break
-        deleted = deleted.union(new).cache()
+        deleted = deleted.unionByName(new).persist(StorageLevel.MEMORY_AND_DISK)
     return deleted
 
 
-def _stage(conn: psycopg.Connection, schema: str, columns: str) -> sql.Composed:
-    name = sql.Identifier(schema, f"stage_{uuid.uuid4().hex[:16]}")
-    conn.execute(sql.SQL("CREATE UNLOGGED TABLE {} (" + columns + ")").format(name))
-    return name
+def _reached(refs: DataFrame, gone: DataFrame) -> DataFrame:
+    """The instances (`schema`, `hash`) whose cascade field points at a `gone` one."""
+    return refs.join(gone, ["target", "ref"], "left_semi").select("schema", "hash").distinct()
 
 
-def _swap(
+# --- writing and swapping ----------------------------------------------------------------
+
+
+def _build(
+    spark: SparkSession,
     conn: psycopg.Connection,
-    outcome: Outcome,
+    url: str,
+    index: IndexResult,
     catalog: Catalog,
-    staged: _Staged,
-    columns: list[tuple[str, str, FieldType]],
+    order: BuildOrder,
+    outcomes: list[Outcome],
+    as_of: int | None,
 ) -> None:
-    """Replace the table, the schema's instance accounts, its deleted set, its registry
-    row and the views in one transaction: readers see the old table or the new one."""
-    with conn.transaction():
-        drop_views(conn)  # they depend on the table
-        _replace_table(conn, outcome.table_name, staged, columns)
-        conn.execute(
-            "DELETE FROM p2panda.accounts WHERE origin = 'instance' AND schema_id = %s",
-            (outcome.schema_id,),
+    by_id = {o.schema_id: o for o in outcomes}
+    schema_ids = list(by_id)
+    decoded = index.decoded(spark)
+    token = secrets.token_hex(6)
+    stages: dict[str, Stage] = {}
+    accounts = deleted_stage = None
+    broadcast = spark.sparkContext.broadcast(catalog)
+    try:
+        for i, outcome in enumerate(outcomes):
+            lens = catalog.histories[outcome.schema_id].lens
+            if lens:
+                schema, _ = tables.split_table_name(outcome.table_name)
+                columns = [(name, pg_type(spec.type)) for name, spec in lens.items()]
+                stages[outcome.schema_id] = tables.create_stage(
+                    conn, schema, f"stage_{token}_{i}", columns
+                )
+        accounts = tables.create_shared_stage(conn, f"stage_{token}_accounts", "accounts")
+        deleted_stage = tables.create_shared_stage(
+            conn, f"stage_{token}_deleted", "deleted_instances"
         )
-        conn.execute(
-            sql.SQL(
-                "INSERT INTO p2panda.accounts (hash, schema_id, state, reason, message, origin)"
-                " SELECT hash, schema_id, state, reason, message, origin FROM {}" + UPSERT_ACCOUNTS
-            ).format(staged.accounts)
-        )
-        conn.execute(
-            "DELETE FROM p2panda.deleted_instances WHERE schema_id = %s", (outcome.schema_id,)
-        )
-        conn.execute(
-            sql.SQL(
-                "INSERT INTO p2panda.deleted_instances (schema_id, instance_id)"
-                " SELECT %s, instance_id FROM {}"
-            ).format(staged.deleted),
-            (outcome.schema_id,),
-        )
-        conn.execute(sql.SQL("DROP TABLE {}, {}").format(staged.accounts, staged.deleted))
-        _update_registry(conn, outcome, catalog)
-        create_views(conn)
-
-
-def _swap_version(
-    conn: psycopg.Connection,
-    outcome: Outcome,
-    staged: _Staged,
-    columns: list[tuple[str, str, FieldType]],
-) -> None:
-    """Replace the version table and its row in `p2panda.schema_versions` (none when the
-    version has no field, so no table), and the views, in one transaction."""
-    assert outcome.version is not None and outcome.version_hash is not None
-    with conn.transaction():
-        drop_views(conn)
-        _replace_table(conn, outcome.table_name, staged, columns)
-        if staged.table is None:
-            conn.execute(
-                "DELETE FROM p2panda.schema_versions WHERE schema_id = %s AND version = %s",
-                (outcome.schema_id, outcome.version),
+        if decoded is not None:
+            items = decoded.filter(
+                F.col("schema").isin(schema_ids) & (F.col("assignment") == "assigned")
             )
-        else:
-            conn.execute(
-                """
-                INSERT INTO p2panda.schema_versions
-                    (schema_id, version, version_hash, table_name, rows)
-                VALUES (%s, %s, %s, %s, %s)
-                ON CONFLICT (schema_id, version) DO UPDATE
-                    SET version_hash = EXCLUDED.version_hash, rows = EXCLUDED.rows,
-                        materialized_at = now()
-                """,
-                (
-                    outcome.schema_id,
-                    outcome.version,
-                    outcome.version_hash,
-                    outcome.table_name,
-                    outcome.rows,
-                ),
+            reduced = _reduce(_with_owners(items, decoded), broadcast).persist(
+                StorageLevel.MEMORY_AND_DISK
             )
-        create_views(conn)
+            _write(
+                spark, conn, url, catalog, reduced, by_id, stages, accounts, deleted_stage, as_of
+            )
+        for schema_id, outcome in by_id.items():
+            if outcome.status == "failed":
+                continue
+            stage = stages.get(schema_id)
+            try:
+                if stage is not None:
+                    tables.index_stage(conn, stage)
+                if as_of is None:
+                    tables.swap_schema(
+                        conn, outcome, stage, accounts, deleted_stage, index.fingerprint
+                    )
+                else:
+                    tables.swap_version(conn, outcome, stage)
+                stages.pop(schema_id, None)
+            except psycopg.Error as error:
+                _fail(conn, outcome, f"swap failed: {database_error(error)}", as_of)
+    finally:
+        tables.drop_stages(conn, [*stages.values(), accounts, deleted_stage])
+        # What this build persisted (the reduction, the cascade's rounds): the session
+        # outlives the run in the resident worker, and runs never share cached frames.
+        spark.catalog.clearCache()
+        broadcast.unpersist()
 
 
-def _replace_table(
+def _write(
+    spark: SparkSession,
     conn: psycopg.Connection,
-    table_name: str,
-    staged: _Staged,
-    columns: list[tuple[str, str, FieldType]],
+    url: str,
+    catalog: Catalog,
+    reduced: DataFrame,
+    by_id: dict[str, Outcome],
+    stages: dict[str, Stage],
+    accounts: Stage,
+    deleted_stage: Stage,
+    as_of: int | None,
 ) -> None:
-    """Drop the table, then rename the staging table (in the same schema) into its place,
-    its field columns to the field names. In the caller's transaction."""
-    target_schema, target_name = table_name.split(".")
-    target = sql.Identifier(target_schema, target_name)
-    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(target))
-    if staged.table is None:
-        return
-    conn.execute(sql.SQL("ALTER TABLE {} SET LOGGED").format(staged.table))
-    rename = sql.SQL("ALTER TABLE {} RENAME TO {}")
-    conn.execute(rename.format(staged.table, sql.Identifier(target_name)))
-    for column, name, _ in columns:
-        rename_column = sql.SQL("ALTER TABLE {} RENAME COLUMN {} TO {}")
-        conn.execute(rename_column.format(target, sql.Identifier(column), sql.Identifier(name)))
+    """Cascades, then the live rows, the accounts and the deleted sets into staging."""
+    for row in reduced.filter(F.col("row_type") == "error").select("schema", "message").collect():
+        _fail(conn, by_id[row["schema"]], f"reduction failed: {row['message']}", as_of)
+    ok = [s for s, o in by_id.items() if o.status != "failed"]
+    instances = reduced.filter((F.col("row_type") == "instance") & F.col("schema").isin(ok))
+    deleted = _cascade(spark, conn, catalog, instances, ok)
+    flagged = (
+        instances.join(deleted.withColumn("gone", F.lit(True)), ["schema", "hash"], "left")
+        .withColumn("live", F.col("gone").isNull())
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    live = flagged.filter("live")
+    targets = {
+        s: _row_target(stage, catalog.histories[s].lens) for s, stage in stages.items() if s in ok
+    }
+    result = copy_partitions(
+        live.filter(F.col("schema").isin(list(targets))).select(
+            F.col("schema").alias("dest"), "row"
+        ),
+        url,
+        targets,
+    )
+    for schema_id, error in result.errors.items():
+        _fail(conn, by_id[schema_id], f"writing rows failed: {error}", as_of)
+    for schema_id in ok:
+        by_id[schema_id].rows = result.rows.get(schema_id, 0)
+    _count_fallbacks(catalog, live, by_id, ok)
+    if as_of is None:
+        _stage_accounts(url, reduced, flagged, ok, accounts)
+        copy_frame(
+            deleted.filter(F.col("schema").isin(ok)).select(
+                F.col("schema").alias("schema_id"), F.col("hash").alias("instance_id")
+            ),
+            url,
+            _shared_target(deleted_stage, ("schema_id", "instance_id"), ("text", "bytea")),
+        )
 
 
-def _update_registry(conn: psycopg.Connection, outcome: Outcome, catalog: Catalog) -> None:
-    """The registry row says what the schema's table holds: written in the swap's
-    transaction, so the database knows its own versions, also when restored from a
-    backup. A schema that waits keeps the version, rows and fallbacks of the table it
-    still has."""
-    history = catalog.histories.get(outcome.schema_id)
-    meta = history.latest.meta if history and history.latest else None
-    classes = history_compatibility(history) if history else {}
-    conn.execute(
-        """
-        UPDATE p2panda.schemas SET name = %s, description = %s, migrations = %s,
-          table_name = %s, status = %s, status_message = %s, upstream = %s
-        WHERE schema_id = %s
-        """,
-        (
-            history.name if history else None,
-            meta.description if meta else None,
-            Jsonb({str(seq): str(c.kind) for seq, c in classes.items()}),
-            outcome.table_name,
-            outcome.status,
-            outcome.message or None,
-            list(outcome.upstream),
-            outcome.schema_id,
-        ),
+def _row_target(stage: Stage, lens: Lens) -> Target:
+    columns = tuple(c for c, _ in tables.SYSTEM_COLUMNS) + tuple(lens)
+    types = SYSTEM_TYPES + tuple(pg_type(spec.type) for spec in lens.values())
+    return Target(stage.schema, stage.name, columns, types)
+
+
+def _shared_target(stage: Stage, columns: Sequence[str], types: Sequence[str]) -> Target:
+    return Target(stage.schema, stage.name, tuple(columns), tuple(types))
+
+
+def _stage_accounts(
+    url: str,
+    reduced: DataFrame,
+    flagged: DataFrame,
+    ok: list[str],
+    accounts: Stage,
+) -> None:
+    """The accounts of the schemas' instance logs: rejected, pending and delete entries
+    from the reduction; each instance's messages applied or superseded, as the engine's
+    `instance_accounts` decides: applied when the instance survived the cascades and
+    the message still shapes it."""
+    from_reduction = reduced.filter(
+        (F.col("row_type") == "account") & F.col("schema").isin(ok)
+    ).select("hash", F.col("schema").alias("schema_id"), "state", "reason", "message")
+    shaped = F.col("live") & F.array_contains("shaping", F.col("m"))
+    from_instances = flagged.select(
+        F.explode("messages").alias("m"), "live", "shaping", "schema"
+    ).select(
+        F.col("m").alias("hash"),
+        F.col("schema").alias("schema_id"),
+        F.when(shaped, "applied").otherwise("superseded").alias("state"),
+        F.lit(None).cast("string").alias("reason"),
+        F.lit("").alias("message"),
     )
-    if outcome.status == "waiting":
-        return
-    conn.execute(
-        """
-        UPDATE p2panda.schemas SET version = %s, version_hash = %s, rows = %s, fallbacks = %s,
-          materialized_at = now()
-        WHERE schema_id = %s
-        """,
-        (
-            outcome.version,
-            outcome.version_hash,
-            outcome.rows,
-            Jsonb(outcome.fallbacks),
-            outcome.schema_id,
-        ),
+    copy_frame(
+        from_reduction.unionByName(from_instances),
+        url,
+        _shared_target(accounts, ACCOUNT_COLUMNS, ACCOUNT_TYPES),
     )
+
+
+def _count_fallbacks(
+    catalog: Catalog, live: DataFrame, by_id: dict[str, Outcome], ok: list[str]
+) -> None:
+    """Rows per field whose value fell back to the field's default."""
+    for schema_id in ok:
+        by_id[schema_id].fallbacks = dict.fromkeys(catalog.histories[schema_id].lens, 0)
+    counted = (
+        live.select("schema", F.explode("fell_back").alias("f")).groupBy("schema", "f").count()
+    )
+    for row in counted.collect():
+        fallbacks = by_id[row["schema"]].fallbacks
+        if row["f"] in fallbacks:
+            fallbacks[row["f"]] = row["count"]
+
+
+def database_error(error: psycopg.Error) -> str:
+    """PostgreSQL's message and its detail (which names the objects involved) on one line."""
+    primary = error.diag.message_primary or str(error).strip()
+    detail = error.diag.message_detail
+    return f"{primary} ({'; '.join(detail.splitlines())})" if detail else primary
+
+
+def _fail(conn: psycopg.Connection, outcome: Outcome, message: str, as_of: int | None) -> None:
+    """A schema whose build failed keeps its old table; its registry row says why."""
+    outcome.status, outcome.reason, outcome.message = "failed", str(Reason.INTERNAL), message
+    if as_of is None:
+        tables.record_status(conn, outcome)

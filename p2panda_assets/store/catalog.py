@@ -21,8 +21,9 @@ def load_catalog(
     chained = []
     for author, log_id in schema_logs:
         rows = conn.execute(
-            "SELECT entry, payload FROM p2panda.entries"
-            " WHERE verdict = 'ok' AND author = %s AND log_id = %s",
+            "SELECT e.entry, e.payload FROM p2panda.entries e"
+            " JOIN p2panda.message_index m ON m.hash = e.hash"  # verified, and good
+            " WHERE e.author = %s AND e.log_id = %s",
             (author, log_id),
         ).fetchall()
         log = chain_log(author, log_id, [(decode_entry(bytes(e)), bytes(p)) for e, p in rows])

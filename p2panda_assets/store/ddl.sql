@@ -123,3 +123,18 @@ CREATE TABLE IF NOT EXISTS p2panda.schema_versions (
 -- Views named after registered names (and "<name>@<version>" for the tables above),
 -- for tools that generate APIs from PostgreSQL; derived from the registry (views.py).
 CREATE SCHEMA IF NOT EXISTS p2panda_api;
+
+-- The data plane's progress (one row): the columnar store of this database (its
+-- directory under P2PANDA_WAREHOUSE), how far verification has read the entry store
+-- (by ingest_seq), the last batch appended to the columnar store, and the chained run
+-- the reduction reads. Verification appends; nothing updates p2panda.entries.
+CREATE TABLE IF NOT EXISTS p2panda.pipeline_state (
+    id               integer PRIMARY KEY CHECK (id = 1),
+    warehouse_token  text NOT NULL,
+    verified_through bigint NOT NULL DEFAULT 0,
+    batch            integer NOT NULL DEFAULT 0,
+    chained_run      text
+);
+-- The index fingerprint a schema's table was built from: equal to the current one, the
+-- table is up to date and a run leaves it alone.
+ALTER TABLE p2panda.schemas ADD COLUMN IF NOT EXISTS built_fingerprint text;

@@ -32,6 +32,10 @@ from p2panda_assets.protocol.entry import check_payload, decode_entry
 from p2panda_assets.protocol.hashing import DEFAULT_ALGORITHM
 
 BATCH_SIZE = 10_000
+# Held (shared) by every ingest transaction, taken exclusively for a moment by the
+# pipeline to read how far the store is committed: no entry below that bound can
+# still be on its way (`store.pipeline_state.committed_bound`).
+INGEST_LOCK = 0x70326E67
 # Verdicts about the payload, not the entry: a later copy with the right payload fixes them.
 PAYLOAD_VERDICTS = (
     Reason.PAYLOAD_HASH_MISMATCH.value,
@@ -161,6 +165,7 @@ def stage_batch(batch: list[Item]) -> StagedBatch:
 def store_batch(conn: psycopg.Connection, staged: StagedBatch) -> IngestCounts:
     """COPY a staged batch and merge it into the store, in one transaction."""
     with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock_shared(%s)", (INGEST_LOCK,))
         conn.execute(_CREATE_STAGING)  # a no-op but for the first batch of a session
         with conn.cursor() as cursor:
             with cursor.copy(_COPY_STAGING) as copy:

@@ -84,6 +84,7 @@ class StatusRow:
     fell_back: int  # values of its table that fell back to their field's default
     view: str | None  # its view in p2panda_api
     view_conflict: str | None  # why it has none
+    status_message: str | None  # why it waits, or why its last build failed
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +195,7 @@ def status_rows(conn: psycopg.Connection) -> list[StatusRow]:
                     WHERE m.value = 'lossy') AS lossy,
                    (SELECT coalesce(sum(f.value::bigint), 0)
                     FROM jsonb_each_text(s.fallbacks) f) AS fell_back,
-                   s.view_name AS view, s.view_conflict
+                   s.view_name AS view, s.view_conflict, s.status_message
             FROM p2panda.schemas s
             LEFT JOIN p2panda.accounts a ON a.schema_id = s.schema_id
             GROUP BY s.schema_id
@@ -264,3 +265,13 @@ def _check_name(name: str) -> None:
 def _with_int_log_id(row: RegistryRow) -> RegistryRow:
     """numeric(20, 0) arrives as Decimal; a log id is an int everywhere else."""
     return replace(row, log_id=int(row.log_id))
+
+
+def schema_entry_count(conn: psycopg.Connection, schema_id: str) -> int:
+    """Entries in the logs the index assigned to the schema (its own log included)."""
+    row = conn.execute(
+        "SELECT count(*) FROM p2panda.entries e JOIN p2panda.logs l"
+        " ON e.author = l.author AND e.log_id = l.log_id WHERE l.schema_id = %s",
+        (schema_id,),
+    ).fetchone()
+    return int(row[0]) if row else 0

@@ -1,9 +1,10 @@
 """The store as the sensors see it, without Spark: entries ingested, schemas registered,
 an in-process stand-in for the index step, and runs "finished" by setting the registry.
 
-The stand-in writes exactly what the sensors read of the index step (verdicts,
-`message_index`, `p2panda.logs`, `index_state`), with the engine's own stage functions
-and the pipeline's own `_write_logs`; the Spark index itself is tested in tests/pipeline.
+The stand-in writes exactly what the sensors read of the index step (the verification
+mark, `message_index`, `p2panda.logs`, `index_state`), with the engine's own stage
+functions and the pipeline's own `log_rows`; the Spark index itself is tested in
+tests/pipeline.
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ from itertools import groupby
 import psycopg
 
 from p2panda_assets.engine.corpus import Catalog, chain_log, check_record
-from p2panda_assets.pipeline.index import _write_logs, message_index, registered_schemas
+from p2panda_assets.pipeline.index import log_rows
 from p2panda_assets.protocol.entry import decode_entry
+from p2panda_assets.protocol.message_index import message_index
+from p2panda_assets.store import pipeline_state as state_sql
+from p2panda_assets.store.catalog import registered_schemas
 from p2panda_assets.store.ingest import ingest
 from p2panda_assets.store.registry import parse_schema_id, register
 
@@ -32,24 +36,25 @@ def register_schemas(conn: psycopg.Connection, *schema_ids: str) -> None:
 
 def index_in_process(conn: psycopg.Connection) -> None:
     """Verify new entries, index their messages, chain and assign every log."""
+    state = state_sql.pipeline_state(conn)
+    high = state_sql.committed_bound(conn)
     unverified = conn.execute(
-        "SELECT hash, entry, payload FROM p2panda.entries WHERE verdict IS NULL"
+        "SELECT hash, entry, payload FROM p2panda.entries"
+        " WHERE verdict IS NULL AND ingest_seq > %s AND ingest_seq <= %s",
+        (state.verified_through, high),
     ).fetchall()
     for entry_hash, raw, payload in unverified:
         payload = None if payload is None else bytes(payload)
         checked = check_record(bytes(raw), payload)
-        verdict = "ok" if checked.rejection is None else str(checked.rejection.reason)
-        conn.execute(
-            "UPDATE p2panda.entries SET verdict = %s WHERE hash = %s", (verdict, entry_hash)
-        )
         if checked.rejection is None:
             conn.execute(
                 "INSERT INTO p2panda.message_index VALUES (%s, %s, %s, %s, %s, %s)",
                 (entry_hash, *message_index(payload)),
             )
+    conn.execute("UPDATE p2panda.pipeline_state SET verified_through = %s", (high,))
     verified = conn.execute(
-        "SELECT author, log_id, entry, payload FROM p2panda.entries WHERE verdict = 'ok'"
-        " ORDER BY author, log_id, seq_num"
+        "SELECT e.author, e.log_id, e.entry, e.payload FROM p2panda.entries e"
+        " JOIN p2panda.message_index m ON m.hash = e.hash ORDER BY e.author, e.log_id, e.seq_num"
     ).fetchall()
     logs = []
     for (author, log_id), rows in groupby(verified, key=lambda r: (bytes(r[0]), int(r[1]))):
@@ -58,7 +63,7 @@ def index_in_process(conn: psycopg.Connection) -> None:
     summaries = {(log.author, log.log_id): log.summary for log in logs}
     schema_logs = [log for log in logs if log.summary.is_schema]
     catalog = Catalog.build(schema_logs, registered_schemas(conn))
-    _write_logs(conn, summaries, catalog.assign(summaries))
+    state_sql.replace_logs(conn, log_rows(summaries, catalog.assign(summaries)))
     conn.execute(
         "INSERT INTO p2panda.index_state VALUES (1, md5(random()::text))"
         " ON CONFLICT (id) DO UPDATE SET fingerprint = EXCLUDED.fingerprint"

@@ -27,7 +27,6 @@ from p2panda_assets.defs.checks import (
 )
 from p2panda_assets.defs.resources import PostgresResource
 from p2panda_assets.engine.builder import CorpusBuilder, create_field, instances, update_field
-from p2panda_assets.pipeline.decoded import decoded_path
 from p2panda_assets.pipeline.spark import spark_config
 from p2panda_assets.store.database import DATABASE_URL_ENV, connect, ensure_schema
 from p2panda_assets.store.registry import table_name_for
@@ -151,10 +150,21 @@ def test_checks_that_guard_data_flowing_on_are_blocking() -> None:
 # --- crafted violations ---------------------------------------------------------------------
 
 
+def decoded_path(url: str, schema_id: str) -> Path:
+    """Where the last index step wrote the schema's chained messages (a local path)."""
+    from p2panda_assets.pipeline.index import last_index
+    from p2panda_assets.pipeline.spark import build_session
+
+    with connect(url, autocommit=True) as conn:
+        found = last_index(build_session(), conn).decoded_path(build_session(), schema_id)
+    assert found is not None
+    return Path(found)
+
+
 @contextmanager
-def tampered_parquet(schema_id: str, tamper) -> Iterator[None]:
+def tampered_parquet(store: Store, schema_id: str, tamper) -> Iterator[None]:
     """The decoded Parquet rewritten by `tamper(table) -> table`, restored afterwards."""
-    path = decoded_path(schema_id)
+    path = decoded_path(store.url, schema_id)
     saved = path.with_name(path.name + ".saved")
     shutil.copytree(path, saved)
     table = pq.read_table(path)
@@ -184,7 +194,7 @@ def test_decoded_check_fails_on_bad_hashes_seqs_and_kinds(store: Store) -> None:
         table = _replace(table, "hash", hashes)
         return _replace(_replace(table, "seq", seqs), "kind", kinds)
 
-    with tampered_parquet(store.mail, tamper):
+    with tampered_parquet(store, store.mail, tamper):
         evaluation = store.run_check(decoded_messages_match_their_model, store.mail)
     assert not evaluation.passed
     assert "hash: hash_is_34_or_66_bytes" in evaluation.description
@@ -205,7 +215,7 @@ def test_decoded_check_fails_on_a_message_with_neither_kind_nor_error(store: Sto
         kinds[0] = None
         return _replace(table, "kind", kinds)
 
-    with tampered_parquet(store.mail, tamper):
+    with tampered_parquet(store, store.mail, tamper):
         evaluation = store.run_check(decoded_messages_match_their_model, store.mail)
     assert not evaluation.passed
     assert "kind_xor_error" in evaluation.description
@@ -220,7 +230,7 @@ def test_decoded_check_fails_on_nulls_and_repeated_entries(store: Store) -> None
         table = _replace(table, "payload", payloads)
         return pa.concat_tables([table, table.slice(0, 1)])
 
-    with tampered_parquet(store.mail, tamper):
+    with tampered_parquet(store, store.mail, tamper):
         evaluation = store.run_check(decoded_messages_match_their_model, store.mail)
     assert not evaluation.passed
     assert evaluation.metadata["failing_rows"].value == {

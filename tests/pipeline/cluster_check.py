@@ -20,7 +20,7 @@ from p2panda_assets.engine.builder import CorpusBuilder, create_field, instances
 from p2panda_assets.engine.corpus import reduce_corpus
 from p2panda_assets.pipeline.run import run_pipeline
 from p2panda_assets.pipeline.spark import build_session, spark_config
-from p2panda_assets.store.database import connect, ensure_schema, jdbc_options
+from p2panda_assets.store.database import connect, ensure_schema
 from p2panda_assets.store.ingest import ingest
 from p2panda_assets.store.registry import parse_schema_id, register
 from tests.pipeline.compare import engine_accounts, engine_tables, pg_accounts, pg_tables
@@ -82,7 +82,7 @@ def run(url: str, master: str) -> dict[str, object]:
             for schema_id in registered:
                 register(conn, *parse_schema_id(schema_id), None)
             started = time.perf_counter()
-            run_pipeline(spark, conn, jdbc_options(url))
+            run_pipeline(spark, conn, url)
             seconds["pipeline"] = time.perf_counter() - started
             expected = reduce_corpus(corpus.pairs, set(registered))
             tables, accounts = pg_tables(conn, registered), pg_accounts(conn)

@@ -11,9 +11,9 @@ import pytest
 
 from p2panda_assets.engine.builder import CorpusBuilder, create_field, instances
 from p2panda_assets.engine.corpus import reduce_corpus
-from p2panda_assets.pipeline import materialize
 from p2panda_assets.pipeline.run import run_pipeline
-from p2panda_assets.store.database import connect, ensure_schema, jdbc_options
+from p2panda_assets.store import tables
+from p2panda_assets.store.database import connect, ensure_schema
 from p2panda_assets.store.ingest import ingest
 from p2panda_assets.store.registry import register, table_name_for
 from tests.pipeline.compare import engine_accounts, engine_tables, pg_accounts, pg_tables
@@ -55,7 +55,7 @@ def test_a_failed_swap_leaves_the_previous_table_and_the_next_run_converges(
     with store(database_url) as conn:
         ingest(conn, corpus.pairs)
         register(conn, *_split(schema_id), None)
-        run_pipeline(spark, conn, jdbc_options(database_url))
+        run_pipeline(spark, conn, database_url)
         before = snapshot(conn, schema_id)
         assert len(before[0][schema_id]) == 3
         log.create(_ref(corpus, schema_id), title="one more", n=99)
@@ -64,18 +64,18 @@ def test_a_failed_swap_leaves_the_previous_table_and_the_next_run_converges(
         def crash_inside_the_transaction(*args: object) -> None:
             raise RuntimeError("killed while swapping")
 
-        monkeypatch.setattr(materialize, "_update_registry", crash_inside_the_transaction)
+        monkeypatch.setattr(tables, "update_registry", crash_inside_the_transaction)
         with pytest.raises(RuntimeError, match="killed while swapping"):
-            run_pipeline(spark, conn, jdbc_options(database_url))
+            run_pipeline(spark, conn, database_url)
         assert pg_tables(conn, [schema_id]) == before[0]  # the old table, whole
         assert stage_tables(conn) == []
         monkeypatch.undo()
-        run_pipeline(spark, conn, jdbc_options(database_url))
+        run_pipeline(spark, conn, database_url)
         expected = reduce_corpus(corpus.pairs, {schema_id})
         assert pg_tables(conn, [schema_id]) == engine_tables(expected)
         assert pg_accounts(conn) == engine_accounts(expected)
         converged = snapshot(conn, schema_id)
-        run_pipeline(spark, conn, jdbc_options(database_url))  # a second run changes nothing
+        run_pipeline(spark, conn, database_url)  # a second run changes nothing
         assert snapshot(conn, schema_id) == converged
 
 
@@ -85,7 +85,7 @@ def test_readers_racing_a_swap_see_the_old_table_or_the_new_one(spark, database_
     with store(database_url) as conn:
         ingest(conn, corpus.pairs)
         register(conn, *_split(schema_id), None)
-        run_pipeline(spark, conn, jdbc_options(database_url))
+        run_pipeline(spark, conn, database_url)
         for n in range(3):
             log.create(_ref(corpus, schema_id), title=f"later {n}", n=n)
         ingest(conn, corpus.pairs)
@@ -106,7 +106,7 @@ def test_readers_racing_a_swap_see_the_old_table_or_the_new_one(spark, database_
     reader.start()
     try:
         with store(database_url) as conn:
-            run_pipeline(spark, conn, jdbc_options(database_url))
+            run_pipeline(spark, conn, database_url)
     finally:
         done.set()
         reader.join(timeout=30)

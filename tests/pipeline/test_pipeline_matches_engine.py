@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from p2panda_assets.engine.corpus import reduce_corpus
 from p2panda_assets.pipeline.run import run_pipeline
-from p2panda_assets.store.database import connect, ensure_schema, jdbc_options
+from p2panda_assets.store.database import connect, ensure_schema
 from p2panda_assets.store.ingest import ingest
 from p2panda_assets.store.registry import parse_schema_id, register
 from tests.pipeline.compare import engine_accounts, engine_tables, pg_accounts, pg_tables
@@ -35,7 +35,7 @@ def check_equal(spark, url: str, pairs, registered: set[str]) -> None:
         for schema_id in sorted(registered):
             author, log_id = parse_schema_id(schema_id)
             register(conn, author, log_id, None)
-        run_pipeline(spark, conn, jdbc_options(url))
+        run_pipeline(spark, conn, url)
         expected = reduce_corpus(pairs, registered)
         assert pg_tables(conn, sorted(registered)) == engine_tables(expected)
         assert pg_accounts(conn) == engine_accounts(expected)

@@ -116,8 +116,10 @@ def test_status_counts_where_each_entry_ended(conn: psycopg.Connection) -> None:
     account(conn, b"\x53", None, "none")
     assert status_rows(conn) == sorted(
         [
-            StatusRow(SCHEMA_ID, "notes", 2, "registered", 1, 2, 1, 1, 3, 7, 0, 0, 0, None, None),
-            StatusRow(other, "meta", 2, "registered", 1, 0, 0, 0, 0, 0, 0, 0, 0, None, None),
+            StatusRow(
+                SCHEMA_ID, "notes", 2, "registered", 1, 2, 1, 1, 3, 7, 0, 0, 0, None, None, None
+            ),
+            StatusRow(other, "meta", 2, "registered", 1, 0, 0, 0, 0, 0, 0, 0, 0, None, None, None),
         ],
         key=lambda row: row.schema_id,
     )

@@ -1,0 +1,141 @@
+"""Spark partitions into PostgreSQL by binary COPY (psycopg), from the executors.
+
+Spark's JDBC writer changes values (NaN becomes NULL, timestamps before 1583 shift to the
+Julian calendar, `bytea[]` fails outright) and cannot quote column names. Here each row
+travels as a pickled tuple of engine values and is written by psycopg's binary dumpers,
+which keep every value PostgreSQL can hold; columns are named with `sql.Identifier`.
+
+A frame to copy has two columns: `dest` (a key of `targets`) and `row` (the pickle).
+One partition writes its rows destination by destination over one connection; a COPY
+that fails fails only its destination, and the result says which, so one schema's bad
+row never stops the others.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from itertools import groupby
+
+import psycopg
+import pyarrow as pa
+from psycopg import sql
+from pyspark.sql import DataFrame
+
+RESULT_SPARK = "dest string, rows long, error string"
+RESULT_ARROW = pa.schema([("dest", pa.string()), ("rows", pa.int64()), ("error", pa.string())])
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A table rows are copied into: its schema-qualified name, columns and their types
+    (PostgreSQL type names: the binary dumpers need them)."""
+
+    schema: str
+    table: str
+    columns: tuple[str, ...]
+    types: tuple[str, ...]
+
+    def statement(self) -> sql.Composed:
+        return sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
+            sql.Identifier(self.schema, self.table),
+            sql.SQL(", ").join(map(sql.Identifier, self.columns)),
+        )
+
+
+_TYPE_NAMES = {"double precision": "float8"}
+
+
+def copy_type(column_type: str) -> str:
+    """The name psycopg's binary dumpers know a column type by: no length or precision
+    (`varchar(255)` is `varchar`), SQL's spellings as PostgreSQL's names."""
+    is_array = column_type.endswith("[]")
+    base = column_type.removesuffix("[]").split("(")[0].strip()
+    base = _TYPE_NAMES.get(base, base)
+    return f"{base}[]" if is_array else base
+
+
+def pg_value(value: object) -> object:
+    """An engine value as psycopg dumps it: arrays are lists (tuples are not adapted)."""
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def copy_rows(conn: psycopg.Connection, target: Target, rows: Iterable[Sequence[object]]) -> int:
+    """COPY `rows` into `target` on `conn`; how many were written."""
+    count = 0
+    with conn.cursor().copy(target.statement()) as copy:
+        copy.set_types([copy_type(t) for t in target.types])
+        for row in rows:
+            copy.write_row([pg_value(v) for v in row])
+            count += 1
+    return count
+
+
+@dataclass(frozen=True, slots=True)
+class CopyResult:
+    rows: dict[str, int]  # destination -> rows written
+    errors: dict[str, str]  # destination -> the first error met
+
+
+def copy_partitions(frame: DataFrame, url: str, targets: dict[str, Target]) -> CopyResult:
+    """Write every (dest, row) of `frame` into its target, from the partitions."""
+
+    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        written: dict[str, int] = {}
+        errors: dict[str, str] = {}
+        with psycopg.connect(url, autocommit=True) as conn:
+            for batch in batches:
+                columns = batch.to_pydict()
+                pairs = sorted(zip(columns["dest"], columns["row"], strict=True), key=_dest)
+                for dest, group in groupby(pairs, key=_dest):
+                    if dest in errors:
+                        continue
+                    rows = (pickle.loads(row) for _, row in group)
+                    try:
+                        written[dest] = written.get(dest, 0) + copy_rows(conn, targets[dest], rows)
+                    except Exception as error:  # one destination fails, not the partition
+                        errors[dest] = f"{type(error).__name__}: {error}".strip()
+        dests = sorted(written.keys() | errors.keys())
+        yield pa.RecordBatch.from_pydict(
+            {
+                "dest": dests,
+                "rows": [written.get(d, 0) for d in dests],
+                "error": [errors.get(d) for d in dests],
+            },
+            schema=RESULT_ARROW,
+        )
+
+    rows: dict[str, int] = {}
+    errors: dict[str, str] = {}
+    for result in frame.select("dest", "row").mapInArrow(write, RESULT_SPARK).collect():
+        rows[result["dest"]] = rows.get(result["dest"], 0) + result["rows"]
+        if result["error"] is not None:
+            errors.setdefault(result["dest"], result["error"])
+    return CopyResult(rows, errors)
+
+
+def copy_frame(frame: DataFrame, url: str, target: Target) -> int:
+    """Write the columns `target.columns` of `frame` into `target`, from the partitions;
+    how many rows. A failure fails the call (the caller drops what it staged)."""
+    columns = list(target.columns)
+
+    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        written = 0
+        with psycopg.connect(url, autocommit=True) as conn:
+            for batch in batches:
+                data = batch.to_pydict()
+                rows = zip(*(data[c] for c in columns), strict=True)
+                written += copy_rows(conn, target, rows)
+        yield pa.RecordBatch.from_pydict(
+            {"dest": [target.table], "rows": [written], "error": [None]}, schema=RESULT_ARROW
+        )
+
+    results = frame.select(*columns).mapInArrow(write, RESULT_SPARK).collect()
+    return sum(r["rows"] for r in results)
+
+
+def _dest(pair: tuple[str, bytes]) -> str:
+    return pair[0]

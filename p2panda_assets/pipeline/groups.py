@@ -1,0 +1,59 @@
+"""Running a Python function once per group (a log) over Spark partitions, without pandas.
+
+`groupBy(...).applyInPandas` builds a pandas frame for every group, and back: with
+thousands of small logs that is most of the cost. Here the rows are shuffled by the
+group keys and sorted within each partition, so a group's rows are contiguous, and one
+`mapInArrow` walks them as plain Python dicts, calling `fn` per group and writing its
+output rows back as Arrow batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql.pandas.types import from_arrow_schema
+
+Row = dict[str, object]
+OUTPUT_BATCH = 4096  # rows per Arrow batch handed back to Spark
+
+
+def map_groups(
+    frame: DataFrame,
+    keys: Sequence[str],
+    order: Sequence[str],
+    fn: Callable[[list[Row]], list[Row]],
+    schema: pa.Schema,
+) -> DataFrame:
+    """`fn(rows of one group, sorted by order) -> rows of `schema``, for every group of
+    `frame` by `keys`."""
+    names = schema.names
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        out: list[Row] = []
+        group: list[Row] = []
+        current: tuple[object, ...] | None = None
+        for batch in batches:
+            for row in batch.to_pylist():
+                key = tuple(row[k] for k in keys)
+                if group and key != current:
+                    out += fn(group)
+                    group = []
+                current = key
+                group.append(row)
+            if len(out) >= OUTPUT_BATCH:
+                yield _batch(out, names, schema)
+                out = []
+        if group:
+            out += fn(group)
+        if out:
+            yield _batch(out, names, schema)
+
+    arranged = frame.repartition(*keys).sortWithinPartitions(*keys, *order)
+    return arranged.mapInArrow(run, from_arrow_schema(schema))
+
+
+def _batch(rows: list[Row], names: list[str], schema: pa.Schema) -> pa.RecordBatch:
+    columns = {name: [row.get(name) for row in rows] for name in names}
+    return pa.RecordBatch.from_pydict(columns, schema=schema)

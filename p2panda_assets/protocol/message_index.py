@@ -1,0 +1,27 @@
+"""What verification records of a message so that no later step decodes a payload just
+to find out where it belongs: its kind, the schema version it names, and the instance."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from p2panda_assets.errors import P2pandaError
+from p2panda_assets.protocol.messages import SchemaHashRef, SchemaVersionRef, decode_message
+
+# (kind, schema id, version, schema hash, instance); all None where the payload does not
+# decode as a message.
+MessageIndex = tuple[str | None, str | None, Decimal | None, bytes | None, bytes | None]
+
+
+def message_index(payload: bytes) -> MessageIndex:
+    try:
+        message = decode_message(payload)
+    except P2pandaError:
+        return (None, None, None, None, None)
+    ref = getattr(message, "schema", None)
+    schema_id = version = schema_hash = None
+    if isinstance(ref, SchemaVersionRef):
+        schema_id, version = ref.schema_id, Decimal(ref.version)
+    elif isinstance(ref, SchemaHashRef):
+        schema_hash = ref.hash
+    return (message.kind, schema_id, version, schema_hash, getattr(message, "instance", None))

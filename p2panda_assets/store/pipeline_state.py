@@ -1,0 +1,271 @@
+"""The data plane's SQL on the product's own tables: its progress row
+(`p2panda.pipeline_state`), the entries it has not verified yet, and what one
+verification or index step writes (message index, accounts, logs). The pipeline asks
+these functions; it writes no SQL on `p2panda.*` itself.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import sql
+
+from p2panda_assets.errors import P2pandaError, Reason
+from p2panda_assets.store.ingest import INGEST_LOCK
+
+PIPELINE_LOCK = 0x70326E64  # one verification / index step at a time, across processes
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """A staging table: `<schema>.stage_*`, created by one run for its own rows."""
+
+    schema: str
+    name: str
+
+    @property
+    def identifier(self) -> sql.Identifier:
+        return sql.Identifier(self.schema, self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineState:
+    warehouse_token: str
+    verified_through: int  # every entry with ingest_seq <= this has been verified
+    batch: int  # the last batch appended to the columnar store
+    chained_run: str | None  # the chained messages the reduction reads
+
+
+def pipeline_state(conn: psycopg.Connection) -> PipelineState:
+    """The progress row, created (with a fresh warehouse token) on first use."""
+    conn.execute(
+        "INSERT INTO p2panda.pipeline_state (id, warehouse_token) VALUES (1, %s)"
+        " ON CONFLICT (id) DO NOTHING",
+        (secrets.token_hex(8),),
+    )
+    row = conn.execute(
+        "SELECT warehouse_token, verified_through, batch, chained_run"
+        " FROM p2panda.pipeline_state WHERE id = 1"
+    ).fetchone()
+    assert row is not None
+    return PipelineState(row[0], int(row[1]), int(row[2]), row[3])
+
+
+def restart_verification(conn: psycopg.Connection) -> PipelineState:
+    """The columnar store is gone (deleted, or a new root): verify everything again
+    into a new directory. What verification derived is dropped with it."""
+    with conn.transaction():
+        conn.execute("DELETE FROM p2panda.message_index")
+        conn.execute("DELETE FROM p2panda.accounts WHERE origin = 'verify'")
+        conn.execute("DELETE FROM p2panda.index_state")
+        conn.execute(
+            "UPDATE p2panda.pipeline_state SET warehouse_token = %s, verified_through = 0,"
+            " batch = 0, chained_run = NULL WHERE id = 1",
+            (secrets.token_hex(8),),
+        )
+    return pipeline_state(conn)
+
+
+def committed_bound(conn: psycopg.Connection) -> int:
+    """The highest ingest_seq below which every entry is committed: taken while no
+    ingest transaction is open (they hold INGEST_LOCK shared until they commit)."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (INGEST_LOCK,))
+        row = conn.execute("SELECT coalesce(max(ingest_seq), 0) FROM p2panda.entries").fetchone()
+    return int(row[0]) if row else 0
+
+
+NEW_ENTRIES = (
+    "SELECT ingest_seq, hash, entry, payload, verdict, verdict_message FROM p2panda.entries"
+    " WHERE ingest_seq > {low} AND ingest_seq <= {high}"
+)
+
+
+def new_entries_query(low: int, high: int) -> str:
+    """The entries verification has not read yet (bounds are integers we computed)."""
+    return NEW_ENTRIES.format(low=int(low), high=int(high))
+
+
+def count_new_entries(conn: psycopg.Connection, low: int, high: int) -> int:
+    row = conn.execute(
+        "SELECT count(*) FROM p2panda.entries WHERE ingest_seq > %s AND ingest_seq <= %s",
+        (low, high),
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def stage_table(conn: psycopg.Connection, like: str, token: str) -> Stage:
+    """An unlogged table shaped like `p2panda.<like>` for one run's rows, named so that a
+    sweep finds exactly the staging tables (`p2panda.stage_*`)."""
+    stage = Stage("p2panda", f"stage_{like}_{token}")
+    conn.execute(
+        sql.SQL("CREATE UNLOGGED TABLE {} (LIKE {} INCLUDING DEFAULTS)").format(
+            stage.identifier, sql.Identifier("p2panda", like)
+        )
+    )
+    return stage
+
+
+def drop_tables(conn: psycopg.Connection, stages: Iterable[Stage | None]) -> None:
+    """Drop a run's staging tables (those it got to create)."""
+    for stage in stages:
+        if stage is not None:
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(stage.identifier))
+
+
+def commit_verification(
+    conn: psycopg.Connection,
+    index: Stage,
+    accounts: Stage,
+    verified_through: int,
+    batch: int,
+) -> None:
+    """Append what one verification found (message index of the good entries, accounts
+    of the rejected ones) and move the progress row, in one transaction."""
+    with conn.transaction():
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO p2panda.message_index SELECT * FROM {} ON CONFLICT (hash) DO NOTHING"
+            ).format(index.identifier)
+        )
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO p2panda.accounts (hash, schema_id, state, reason, message, origin)"
+                " SELECT hash, schema_id, state, reason, message, 'verify' FROM {}"
+                + UPSERT_ACCOUNTS
+            ).format(accounts.identifier)
+        )
+        conn.execute(
+            "UPDATE p2panda.pipeline_state SET verified_through = %s, batch = %s WHERE id = 1",
+            (verified_through, batch),
+        )
+        drop_tables(conn, [index, accounts])
+
+
+UPSERT_ACCOUNTS = """
+ON CONFLICT (hash) DO UPDATE SET schema_id = EXCLUDED.schema_id, state = EXCLUDED.state,
+  reason = EXCLUDED.reason, message = EXCLUDED.message, origin = EXCLUDED.origin
+"""
+
+# Entries rejected before their log was classified get the schema of their log.
+_ATTRIBUTE_ACCOUNTS = """
+UPDATE p2panda.accounts a SET schema_id = g.schema_id
+FROM p2panda.entries e JOIN p2panda.logs g ON e.author = g.author AND e.log_id = g.log_id
+WHERE a.hash = e.hash AND a.origin IN ('verify', 'chain') AND a.schema_id IS NULL
+  AND g.schema_id IS NOT NULL
+"""
+
+
+def replace_logs(conn: psycopg.Connection, logs: Iterable[Sequence[object]]) -> None:
+    """The logs table as the index step classified the logs: (author, log id, is schema
+    log, first reference as schema id / version / hash, schema, assignment)."""
+    with conn.transaction():
+        conn.execute("DELETE FROM p2panda.logs")
+        with conn.cursor().copy(
+            "COPY p2panda.logs (author, log_id, is_schema, ref_schema_id, ref_version,"
+            " ref_hash, schema_id, assignment) FROM STDIN"
+        ) as copy:
+            for row in logs:
+                copy.write_row(row)
+
+
+def commit_index(
+    conn: psycopg.Connection,
+    logs: Iterable[Sequence[object]],
+    accounts: Stage,
+    chained_run: str | None,
+    fingerprint: str,
+) -> None:
+    """Replace what the index step decides, in one transaction: the logs table, the
+    accounts of the chain rules, the schema logs and the logs no schema build reduces;
+    then attribute early rejections to the schema of their log, and point the reduction
+    at this run's chained messages."""
+    with conn.transaction():
+        replace_logs(conn, logs)
+        conn.execute("DELETE FROM p2panda.accounts WHERE origin IN ('chain', 'schema', 'waiting')")
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO p2panda.accounts (hash, schema_id, state, reason, message, origin)"
+                " SELECT hash, schema_id, state, reason, message, origin FROM {}" + UPSERT_ACCOUNTS
+            ).format(accounts.identifier)
+        )
+        conn.execute("UPDATE p2panda.accounts SET schema_id = NULL WHERE origin = 'verify'")
+        conn.execute(_ATTRIBUTE_ACCOUNTS)
+        drop_tables(conn, [accounts])
+        conn.execute(
+            "UPDATE p2panda.pipeline_state SET chained_run = %s WHERE id = 1", (chained_run,)
+        )
+        conn.execute(
+            "INSERT INTO p2panda.index_state VALUES (1, %s) ON CONFLICT (id) DO UPDATE"
+            " SET fingerprint = EXCLUDED.fingerprint",
+            (fingerprint,),
+        )
+
+
+FINGERPRINT = """
+SELECT (SELECT count(*) || ':' || coalesce(max(ingest_seq), 0) FROM p2panda.entries) || ':'
+    || (SELECT md5(coalesce(string_agg(schema_id, ',' ORDER BY schema_id), ''))
+        FROM p2panda.schemas)
+"""
+
+
+def store_fingerprint(conn: psycopg.Connection) -> str:
+    """What the index depends on: the entries stored and the schemas registered."""
+    row = conn.execute(FINGERPRINT).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def indexed_fingerprint(conn: psycopg.Connection) -> str | None:
+    row = conn.execute("SELECT fingerprint FROM p2panda.index_state").fetchone()
+    return None if row is None else str(row[0])
+
+
+def count_logs(conn: psycopg.Connection) -> int:
+    row = conn.execute("SELECT count(*) FROM p2panda.logs").fetchone()
+    return int(row[0]) if row else 0
+
+
+LOCK_WAIT_ENV = "P2PANDA_LOCK_WAIT_SECONDS"
+DEFAULT_LOCK_WAIT_SECONDS = 600
+PRODUCT_SCHEMAS = ("p2panda", "p2panda_data", "p2panda_versions")
+
+
+def hold_pipeline_lock(conn: psycopg.Connection) -> None:
+    """Take the pipeline lock: one verification, index step or build at a time, across
+    processes. Another run holding it is waited for, at most `P2PANDA_LOCK_WAIT_SECONDS`
+    (default 600), then `busy`. With the lock held, staging tables left by runs that died
+    are swept: no live run can own one."""
+    seconds = float(os.environ.get(LOCK_WAIT_ENV) or DEFAULT_LOCK_WAIT_SECONDS)
+    conn.execute(sql.SQL("SET lock_timeout = {}").format(sql.Literal(f"{int(seconds * 1000)}ms")))
+    try:
+        conn.execute("SELECT pg_advisory_lock(%s)", (PIPELINE_LOCK,))
+    except psycopg.errors.LockNotAvailable:
+        raise P2pandaError(
+            Reason.BUSY, f"another run has held the pipeline lock for over {seconds:.0f} s"
+        ) from None
+    finally:
+        conn.execute("RESET lock_timeout")
+    sweep_stages(conn)
+
+
+def release_pipeline_lock(conn: psycopg.Connection) -> None:
+    conn.execute("SELECT pg_advisory_unlock(%s)", (PIPELINE_LOCK,))
+
+
+def sweep_stages(conn: psycopg.Connection) -> list[str]:
+    """Drop every staging table (`stage_*` in the product's schemas); the caller holds
+    the pipeline lock, so they are all a dead run's. Their names say what they are, and
+    a swapped-in table never keeps one (its key is renamed too)."""
+    rows = conn.execute(
+        "SELECT schemaname, tablename FROM pg_tables"
+        " WHERE schemaname = ANY(%s) AND tablename LIKE 'stage\\_%%'",
+        (list(PRODUCT_SCHEMAS),),
+    ).fetchall()
+    for schema, table in rows:
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(schema, table)))
+    return [f"{schema}.{table}" for schema, table in rows]

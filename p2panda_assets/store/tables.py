@@ -1,0 +1,305 @@
+"""Materialized tables: staging them, and swapping a schema's table, accounts, deleted
+set, registry row and views in one transaction (readers see the old table or the new
+one, never half of one). Every identifier goes through `sql.Identifier`.
+
+Staging objects are named `stage_<token>_<n>` (tables) and `stage_<token>_<n>_pkey`
+(their primary key), in the schema of their target; at the swap both take the target's
+names (`<table>`, `<table>_pkey`), so a sweep of `stage_*` finds only staging objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from p2panda_assets.store.pipeline_state import UPSERT_ACCOUNTS, Stage, drop_tables
+from p2panda_assets.store.views import create_views, drop_views
+
+SYSTEM_COLUMNS = (  # (name, type); all NOT NULL, `_instance_id` the primary key
+    ("_instance_id", "text"),
+    ("_author", "text"),
+    ("_version", "bigint"),
+    ("_seq", "numeric(20, 0)"),
+    ("_entry", "text"),  # hash (hex) of the entry that last wrote the row
+)
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What one materialization did, for the registry, the CLI and Dagster metadata.
+    `status`: materialized | dropped (the lens has no field) | waiting | failed |
+    unchanged (nothing new since the table was built)."""
+
+    schema_id: str
+    status: str
+    message: str = ""
+    reason: str | None = None  # a reason code, for waiting and failed
+    rows: int = 0
+    version: int | None = None
+    version_hash: str | None = None
+    table_name: str = ""
+    upstream: tuple[str, ...] = ()
+    fallbacks: dict[str, int] = field(default_factory=dict)
+    name: str | None = None  # the schema's own name, from its meta message
+    description: str | None = None
+    migrations: dict[str, str] = field(default_factory=dict)  # version -> safe | lossy
+
+
+def split_table_name(table_name: str) -> tuple[str, str]:
+    schema, name = table_name.split(".")
+    return schema, name
+
+
+def create_stage(
+    conn: psycopg.Connection, schema: str, name: str, columns: Sequence[tuple[str, str]]
+) -> Stage:
+    """An unlogged table with the system columns and `columns` (field name, type)."""
+    stage = Stage(schema, name)
+    identifier = stage.identifier
+    definitions = [
+        sql.SQL("{} {} NOT NULL").format(sql.Identifier(column), sql.SQL(pg_type))
+        for column, pg_type in SYSTEM_COLUMNS
+    ] + [
+        sql.SQL("{} {}").format(sql.Identifier(column), sql.SQL(pg_type))
+        for column, pg_type in columns
+    ]
+    conn.execute(
+        sql.SQL("CREATE UNLOGGED TABLE {} ({})").format(identifier, sql.SQL(", ").join(definitions))
+    )
+    return stage
+
+
+def create_shared_stage(conn: psycopg.Connection, name: str, like: str) -> Stage:
+    """A staging table of a run's accounts or deleted sets (all its schemas)."""
+    stage = Stage("p2panda", name)
+    conn.execute(
+        sql.SQL("CREATE UNLOGGED TABLE {} (LIKE {} INCLUDING DEFAULTS)").format(
+            stage.identifier, sql.Identifier("p2panda", like)
+        )
+    )
+    return stage
+
+
+def index_stage(conn: psycopg.Connection, stage: Stage) -> None:
+    """The primary key, built once the rows are in (faster than row by row)."""
+    conn.execute(
+        sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} PRIMARY KEY (_instance_id)").format(
+            stage.identifier, sql.Identifier(f"{stage.name}_pkey")
+        )
+    )
+
+
+drop_stages = drop_tables
+
+
+def swap_schema(
+    conn: psycopg.Connection,
+    outcome: Outcome,
+    stage: Stage | None,
+    accounts: Stage,
+    deleted: Stage,
+    fingerprint: str,
+) -> None:
+    """Replace the schema's table, its instance accounts, its deleted set, its registry
+    row and the views in one transaction."""
+    with conn.transaction():
+        drop_views(conn)  # they depend on the table
+        replace_table(conn, outcome.table_name, stage)
+        conn.execute(
+            "DELETE FROM p2panda.accounts WHERE origin = 'instance' AND schema_id = %s",
+            (outcome.schema_id,),
+        )
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO p2panda.accounts (hash, schema_id, state, reason, message, origin)"
+                " SELECT hash, schema_id, state, reason, message, 'instance' FROM {}"
+                " WHERE schema_id = %s" + UPSERT_ACCOUNTS
+            ).format(accounts.identifier),
+            (outcome.schema_id,),
+        )
+        conn.execute(
+            "DELETE FROM p2panda.deleted_instances WHERE schema_id = %s", (outcome.schema_id,)
+        )
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO p2panda.deleted_instances (schema_id, instance_id)"
+                " SELECT schema_id, instance_id FROM {} WHERE schema_id = %s"
+            ).format(deleted.identifier),
+            (outcome.schema_id,),
+        )
+        update_registry(conn, outcome, fingerprint)
+        create_views(conn)
+
+
+def swap_version(conn: psycopg.Connection, outcome: Outcome, stage: Stage | None) -> None:
+    """Replace a version table and its row in `p2panda.schema_versions` (none when the
+    version has no field, so no table), and the views, in one transaction."""
+    assert outcome.version is not None and outcome.version_hash is not None
+    with conn.transaction():
+        drop_views(conn)
+        replace_table(conn, outcome.table_name, stage)
+        if stage is None:
+            conn.execute(
+                "DELETE FROM p2panda.schema_versions WHERE schema_id = %s AND version = %s",
+                (outcome.schema_id, outcome.version),
+            )
+        else:
+            conn.execute(
+                """
+                INSERT INTO p2panda.schema_versions
+                    (schema_id, version, version_hash, table_name, rows)
+                VALUES (%s, %s, %s, %s, %s)
+                ON CONFLICT (schema_id, version) DO UPDATE
+                    SET version_hash = EXCLUDED.version_hash, rows = EXCLUDED.rows,
+                        materialized_at = now()
+                """,
+                (
+                    outcome.schema_id,
+                    outcome.version,
+                    outcome.version_hash,
+                    outcome.table_name,
+                    outcome.rows,
+                ),
+            )
+        create_views(conn)
+
+
+def replace_table(conn: psycopg.Connection, table_name: str, stage: Stage | None) -> None:
+    """Drop the table, then rename the staging table (in the same schema) and its key
+    into their places. In the caller's transaction."""
+    schema, name = split_table_name(table_name)
+    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(schema, name)))
+    if stage is None:
+        return
+    conn.execute(sql.SQL("ALTER TABLE {} SET LOGGED").format(stage.identifier))
+    conn.execute(
+        sql.SQL("ALTER TABLE {} RENAME TO {}").format(stage.identifier, sql.Identifier(name))
+    )
+    conn.execute(
+        sql.SQL("ALTER INDEX {} RENAME TO {}").format(
+            sql.Identifier(schema, f"{stage.name}_pkey"), sql.Identifier(f"{name}_pkey")
+        )
+    )
+
+
+def update_registry(conn: psycopg.Connection, outcome: Outcome, fingerprint: str | None) -> None:
+    """The registry row says what the schema's table holds: written in the swap's
+    transaction, so the database knows its own versions, also when restored from a
+    backup. A schema that waits or failed keeps the version, rows and fallbacks of the
+    table it still has."""
+    conn.execute(
+        """
+        UPDATE p2panda.schemas SET name = %s, description = %s, migrations = %s,
+          table_name = %s, status = %s, status_message = %s, upstream = %s
+        WHERE schema_id = %s
+        """,
+        (
+            outcome.name,
+            outcome.description,
+            Jsonb(outcome.migrations),
+            outcome.table_name,
+            outcome.status,
+            _status_message(outcome),
+            list(outcome.upstream),
+            outcome.schema_id,
+        ),
+    )
+    if outcome.status not in ("materialized", "dropped"):
+        return
+    conn.execute(
+        """
+        UPDATE p2panda.schemas SET version = %s, version_hash = %s, rows = %s, fallbacks = %s,
+          materialized_at = now(), built_fingerprint = %s
+        WHERE schema_id = %s
+        """,
+        (
+            outcome.version,
+            outcome.version_hash,
+            outcome.rows,
+            Jsonb(outcome.fallbacks),
+            fingerprint,
+            outcome.schema_id,
+        ),
+    )
+
+
+def _status_message(outcome: Outcome) -> str | None:
+    if not outcome.message:
+        return None
+    return f"{outcome.reason}: {outcome.message}" if outcome.reason else outcome.message
+
+
+def record_status(conn: psycopg.Connection, outcome: Outcome) -> None:
+    """A schema that waits or failed: its registry row says so (and why); its table, if
+    it has one, stays as it was."""
+    with conn.transaction():
+        drop_views(conn)
+        update_registry(conn, outcome, None)
+        create_views(conn)
+
+
+def built_fingerprints(conn: psycopg.Connection, schema_ids: Sequence[str]) -> dict[str, str]:
+    """The index fingerprint each schema's current table was built from."""
+    rows = conn.execute(
+        "SELECT schema_id, built_fingerprint FROM p2panda.schemas WHERE schema_id = ANY(%s)"
+        " AND status IN ('materialized', 'dropped') AND built_fingerprint IS NOT NULL",
+        (list(schema_ids),),
+    )
+    return {schema_id: fingerprint for schema_id, fingerprint in rows}
+
+
+def materialized_schemas(conn: psycopg.Connection, schema_ids: Sequence[str]) -> set[str]:
+    """Which of `schema_ids` have a table (or were dropped) that dependents can rely on."""
+    rows = conn.execute(
+        "SELECT schema_id FROM p2panda.schemas WHERE schema_id = ANY(%s)"
+        " AND (status IN ('materialized', 'dropped')"
+        "      OR (status = 'failed' AND version IS NOT NULL))",  # it keeps its old table
+        (list(schema_ids),),
+    )
+    return {schema_id for (schema_id,) in rows}
+
+
+def deleted_sets(conn: psycopg.Connection, schema_ids: Sequence[str]) -> list[tuple[str, bytes]]:
+    """(schema, instance id) of every deleted instance of built upstream schemas."""
+    rows = conn.execute(
+        "SELECT schema_id, instance_id FROM p2panda.deleted_instances WHERE schema_id = ANY(%s)",
+        (list(schema_ids),),
+    )
+    return [(schema_id, bytes(instance)) for schema_id, instance in rows]
+
+
+def registry_outcome(conn: psycopg.Connection, schema_id: str) -> Outcome:
+    """The outcome of a schema's last build, as its registry row records it (a run
+    whose table was built by an earlier run of its batch reports this)."""
+    row = conn.execute(
+        "SELECT status, status_message, rows, version, version_hash, table_name, upstream,"
+        " fallbacks, name, description, migrations FROM p2panda.schemas WHERE schema_id = %s",
+        (schema_id,),
+    ).fetchone()
+    if row is None:
+        raise LookupError(f"schema {schema_id} is not registered")
+    status, message, rows, version, version_hash, table, upstream, fallbacks = row[:8]
+    reason, _, text = (
+        (message or "").partition(": ")
+        if status in ("waiting", "failed")
+        else ("", "", message or "")
+    )
+    return Outcome(
+        schema_id,
+        status,
+        message=text,
+        reason=reason or None,
+        rows=int(rows or 0),
+        version=version,
+        version_hash=version_hash,
+        table_name=table,
+        upstream=tuple(upstream or ()),
+        fallbacks=dict(fallbacks or {}),
+        name=row[8],
+        description=row[9],
+        migrations=dict(row[10] or {}),
+    )

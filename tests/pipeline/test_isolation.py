@@ -1,0 +1,92 @@
+"""One schema's failed build does not stop the others (through the real `panda`
+commands, Dagster and Spark): a table that cannot be swapped (a user's view depends on
+it) keeps its old rows, its registry row says `failed` and why, `panda status` shows it,
+the other schemas are built, and `panda materialize` ends with one `error:` line for it
+and exit 1. Once the obstacle is gone, the next run builds it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from p2panda_assets.engine.builder import CorpusBuilder, create_field, instances
+from p2panda_assets.jsonlines import entry_line
+from p2panda_assets.store.registry import table_name_for
+from tests.coordination.story import ok, panda_runner
+
+pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.e2e]
+
+
+def write(path: Path, corpus: CorpusBuilder) -> Path:
+    path.write_text("".join(entry_line(e, p) + "\n" for e, p in corpus.pairs))
+    return path
+
+
+def rows(conn: psycopg.Connection, schema_id: str) -> int:
+    schema, table = table_name_for(schema_id).split(".")
+    query = sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(schema, table))
+    return conn.execute(query).fetchone()[0]
+
+
+def test_a_schema_whose_swap_fails_is_failed_and_the_others_are_built(
+    database_url, p2panda_home, tmp_path, capsys
+) -> None:
+    panda = panda_runner(capsys)
+    corpus = CorpusBuilder()
+    notes = corpus.author(1).schema(1, "note")
+    notes.migrate(create_field("title", "text"))
+    tags = corpus.author(1).schema(2, "tag")
+    tags.migrate(create_field("label", "varchar"))
+    writer = corpus.author(2)
+    note_log, tag_log = instances(writer, 1), instances(writer, 2)
+    note_log.create(notes.ref(), title="first")
+    tag_log.create(tags.ref(), label="first")
+    ok(panda("ingest", write(tmp_path / "one.jsonl", corpus)))
+    for schema in (notes, tags):
+        author_hex, log_id = schema.schema_id.rsplit("-", 1)
+        ok(panda("register", author_hex, log_id))
+    ok(panda("materialize"))
+
+    note_log.create(notes.ref(), title="second")
+    tag_log.create(tags.ref(), label="second")
+    ok(panda("ingest", write(tmp_path / "two.jsonl", corpus)))
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        schema, table = table_name_for(notes.schema_id).split(".")
+        conn.execute(
+            sql.SQL("CREATE VIEW public.my_notes AS SELECT * FROM {}").format(
+                sql.Identifier(schema, table)
+            )
+        )
+    code, out, err = panda("materialize")
+    assert code == 1
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, err
+    assert errors[0].startswith(f"error: internal: {notes.schema_id}: swap failed:")
+    assert "my_notes" in errors[0]  # PostgreSQL's own words: the view depends on the table
+    assert "Traceback" not in err
+    assert tags.schema_id in out
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        assert rows(conn, notes.schema_id) == 1  # the old table, whole
+        assert rows(conn, tags.schema_id) == 2
+        status, message = conn.execute(
+            "SELECT status, status_message FROM p2panda.schemas WHERE schema_id = %s",
+            (notes.schema_id,),
+        ).fetchone()
+        assert status == "failed" and message.startswith("internal: swap failed:")
+        stages = conn.execute("SELECT count(*) FROM pg_tables WHERE tablename LIKE 'stage_%'")
+        assert stages.fetchone()[0] == 0
+    shown = ok(panda("status"))
+    assert f"failed {notes.schema_id}: internal: swap failed:" in shown
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("DROP VIEW public.my_notes")
+    ok(panda("materialize"))
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        assert rows(conn, notes.schema_id) == 2
+        status = conn.execute(
+            "SELECT status FROM p2panda.schemas WHERE schema_id = %s", (notes.schema_id,)
+        ).fetchone()[0]
+        assert status == "materialized"

@@ -1,0 +1,59 @@
+"""The pipeline lock across processes: a run waits for another (bounded, then `busy`),
+and whoever holds the lock sweeps the staging tables that dead runs left behind."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from p2panda_assets.errors import P2pandaError, Reason
+from p2panda_assets.store.database import connect, ensure_schema
+from p2panda_assets.store.pipeline_state import (
+    LOCK_WAIT_ENV,
+    PIPELINE_LOCK,
+    hold_pipeline_lock,
+    release_pipeline_lock,
+)
+
+pytestmark = pytest.mark.postgres
+
+
+def test_a_run_that_finds_the_pipeline_busy_too_long_says_busy(database_url, monkeypatch) -> None:
+    monkeypatch.setenv(LOCK_WAIT_ENV, "0.3")
+    with (
+        connect(database_url, autocommit=True) as holder,
+        connect(database_url, autocommit=True) as waiter,
+    ):
+        ensure_schema(holder)
+        holder.execute("SELECT pg_advisory_lock(%s)", (PIPELINE_LOCK,))
+        with pytest.raises(P2pandaError) as raised:
+            hold_pipeline_lock(waiter)
+        assert raised.value.reason is Reason.BUSY
+        assert waiter.execute("SHOW lock_timeout").fetchone()[0] == "0"  # reset
+        holder.execute("SELECT pg_advisory_unlock(%s)", (PIPELINE_LOCK,))
+        hold_pipeline_lock(waiter)  # free now: taken at once
+        release_pipeline_lock(waiter)
+
+
+def test_the_lock_holder_sweeps_what_dead_runs_staged_and_nothing_else(database_url) -> None:
+    with connect(database_url, autocommit=True) as conn:
+        ensure_schema(conn)
+        for name in ("p2panda.stage_accounts_dead", "p2panda_data.stage_dead_0"):
+            conn.execute(f"CREATE UNLOGGED TABLE {name} (x int)")
+        conn.execute("CREATE TABLE p2panda_data.s_kept (x int)")
+        conn.execute("CREATE TABLE public.stage_not_ours (x int)")
+        hold_pipeline_lock(conn)
+        release_pipeline_lock(conn)
+        left = {
+            f"{schema}.{table}"
+            for schema, table in conn.execute(
+                "SELECT schemaname, tablename FROM pg_tables WHERE tablename LIKE 's%%'"
+                " AND schemaname IN ('p2panda', 'p2panda_data', 'public')"
+            )
+        }
+        assert "p2panda.stage_accounts_dead" not in left
+        assert "p2panda_data.stage_dead_0" not in left
+        assert {"p2panda_data.s_kept", "public.stage_not_ours"} <= left
+        conn.execute("DROP TABLE public.stage_not_ours")
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            conn.execute("SELECT 1 FROM p2panda_data.stage_dead_0")
