@@ -173,7 +173,19 @@ def materialized_table(
     if len(built) > 1 or (built and built != [schema_id]):
         context.log.info(f"built in one Spark job: {', '.join(built)}")
     if outcome.status == "waiting":
+        # No materialization (there is no new table); the asset's page shows why.
         context.log.warning(f"{schema_id} waits: {outcome.reason}: {outcome.message}")
+        context.log_event(
+            dg.AssetObservation(
+                asset_key=context.asset_key,
+                partition=schema_id,
+                metadata={
+                    "status": "waiting",
+                    "waiting": f"{outcome.reason}: {outcome.message}",
+                    "upstream_schemas": dg.MetadataValue.json(list(outcome.upstream)),
+                },
+            )
+        )
         return
     if outcome.status == "failed":
         raise dg.Failure(outcome.message, metadata={"reason": str(outcome.reason)})

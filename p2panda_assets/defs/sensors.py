@@ -30,7 +30,7 @@ from typing import Self
 import dagster as dg
 import psycopg
 
-from p2panda_assets.defs.assets import QUEUE_TAG, materialize_schema_job
+from p2panda_assets.defs.assets import BATCH_TAG, QUEUE_TAG, materialize_schema_job
 from p2panda_assets.defs.partitions import schemas
 from p2panda_assets.defs.resources import PostgresResource
 from p2panda_assets.engine.corpus import Catalog
@@ -198,6 +198,29 @@ def request(schema_id: str, run_key: str, assets: list[dg.AssetKey] | None = Non
     )
 
 
+def batched(requests: list[dg.RunRequest]) -> list[dg.RunRequest]:
+    """The requests of one tick, each naming all of them as its batch (`BATCH_TAG`): the
+    first to run builds them all in one Spark job, the others report their tables."""
+    table = FAMILY[-1]
+    keys = [
+        r.partition_key
+        for r in requests
+        if r.partition_key and (r.asset_selection is None or table in r.asset_selection)
+    ]
+    if len(keys) < 2:
+        return requests
+    batch = {BATCH_TAG: ",".join(dict.fromkeys(keys))}
+    return [
+        dg.RunRequest(
+            run_key=r.run_key,
+            partition_key=r.partition_key,
+            asset_selection=r.asset_selection,
+            tags={**r.tags, **batch},
+        )
+        for r in requests
+    ]
+
+
 def _stamp(moment: datetime | None) -> str:
     return "none" if moment is None else str(int(moment.timestamp() * 1_000_000))
 
@@ -321,7 +344,7 @@ def registration_tick(
         state=state,
     )
     result = dg.SensorResult(
-        run_requests=requests,
+        run_requests=batched(requests),
         skip_reason=None if requests else _skip(notes, "no schema to build"),
         cursor=next_cursor.dumps(),
         dynamic_partitions_requests=[schemas.build_add_request(new_ids)] if new_ids else [],
@@ -662,7 +685,7 @@ def entries_tick(
         )
     requests, notes = entries_requests(Relations.load(conn), routes, queued)
     return dg.SensorResult(
-        run_requests=requests,
+        run_requests=batched(requests),
         skip_reason=None if requests else _skip(notes, "nothing to rebuild"),
         cursor=moved.dumps(),
     )
@@ -754,7 +777,7 @@ def revert_tick(
         notes += why
         handled[sid] = found[sid]
     return dg.SensorResult(
-        run_requests=requests,
+        run_requests=batched(requests),
         skip_reason=None if requests else _skip(notes, "nothing to rebuild"),
         cursor=replace(cursor, handled=handled).dumps(),
     )

@@ -265,8 +265,9 @@ def _run_index(spark: SparkSession, conn: psycopg.Connection, url: str) -> Index
         _commit(conn, url, spark, [], None, _empty_accounts(spark), warehouse, fingerprint)
         return IndexResult(verified, 0, catalog, catalog.order(), warehouse, None, fingerprint)
     good = spark.read.parquet(warehouse.entries).filter(F.col("verdict") == "ok")
+    # On disk, not in the JVM's heap: it holds every payload, and is read four times.
     chained = map_groups(good, ("author", "log_id"), ("seq",), _chain_group, CHAIN_ARROW).persist(
-        StorageLevel.MEMORY_AND_DISK
+        StorageLevel.DISK_ONLY
     )
     try:
         summaries = dict(

@@ -302,27 +302,24 @@ def _cascade(
             F.col("c.cascade_target").alias("target"),
             F.col("c.cascade_ref").alias("ref"),
         )
-        .persist(StorageLevel.MEMORY_AND_DISK)
+        .localCheckpoint()
     )
     outside = sorted(t for t in targets if t is not None and t not in schema_ids)
     if outside:
         stored = tables.deleted_sets(conn, outside)
         gone = spark.createDataFrame(stored, "target string, ref binary")
         deleted = deleted.unionByName(_reached(refs, F.broadcast(gone))).distinct()
-    deleted = deleted.persist(StorageLevel.MEMORY_AND_DISK)
+    # Each round is checkpointed: its plan would otherwise hold every round before it, and
+    # Spark's planning (and the plan's text) grows with it until the driver runs out.
+    deleted = deleted.localCheckpoint()
     if not targets & set(schema_ids):
         return deleted
     while True:
         gone = deleted.select(F.col("schema").alias("target"), F.col("hash").alias("ref"))
-        new = (
-            _reached(refs, gone)
-            .join(deleted, ["schema", "hash"], "left_anti")
-            .distinct()
-            .persist(StorageLevel.MEMORY_AND_DISK)
-        )
+        new = _reached(refs, gone).join(deleted, ["schema", "hash"], "left_anti").localCheckpoint()
         if new.isEmpty():
             break
-        deleted = deleted.unionByName(new).persist(StorageLevel.MEMORY_AND_DISK)
+        deleted = deleted.unionByName(new).localCheckpoint()
     return deleted
 
 
@@ -368,8 +365,9 @@ def _build(
             items = decoded.filter(
                 F.col("schema").isin(schema_ids) & (F.col("assignment") == "assigned")
             )
+            # Every row of every table, pickled: on disk, not in the JVM's heap.
             reduced = _reduce(_with_owners(items, decoded), broadcast).persist(
-                StorageLevel.MEMORY_AND_DISK
+                StorageLevel.DISK_ONLY
             )
             _write(
                 spark, conn, url, catalog, reduced, by_id, stages, accounts, deleted_stage, as_of
@@ -419,7 +417,7 @@ def _write(
     flagged = (
         instances.join(deleted.withColumn("gone", F.lit(True)), ["schema", "hash"], "left")
         .withColumn("live", F.col("gone").isNull())
-        .persist(StorageLevel.MEMORY_AND_DISK)
+        .persist(StorageLevel.DISK_ONLY)
     )
     live = flagged.filter("live")
     targets = {

@@ -1,13 +1,16 @@
-"""A backfill of two related schemas, launched through the webserver's GraphQL API exactly
-as the UI's "Launch backfill" does, ends with both tables built in relation order: the
-downstream schema's table after its upstream's, with the upstream's cascade applied.
+"""A backfill of three registered schemas, launched through the webserver's GraphQL API
+exactly as the UI's "Launch backfill" does: profile <- mail (a cascade), and note, which
+relates to a schema that is not registered. It ends with profile's and mail's tables built
+in relation order, in one Spark job, with the cascade applied; note waits, says why, and
+no run fails.
 
 Dagster knows nothing of relations (a partition cannot depend on another partition of the
 same asset) and submits a backfill's runs sorted by partition key, so the corpus is made
-for the naive order to be wrong: the downstream schema's id sorts first. Its table step
-then either finds the upstream built already, or records that it waits, and the
-registration sensor requests it again once the upstream is materialized (sensors.py). The
-test accepts either, and checks the end state and the order, with no `panda materialize`.
+for the naive order to be wrong: note's and then mail's ids sort first. Each run names the
+backfill's partitions as its batch: the first run (note's) builds every schema of the
+batch that can be built, upstream first, in one Spark job; note itself waits (an
+observation of `materialized_table` says for what); the runs of mail and profile find
+their tables built from the same index and report them.
 
 The sensors are switched off through the same API before the daemon starts (as a UI user
 would): otherwise the registration sensor's first tick would build the registered schemas
@@ -119,13 +122,18 @@ class Story:
     pairs: list[tuple[bytes, bytes]]
     upstream: str  # profile
     downstream: str  # mail: `to` is a cascade relation to profile
+    waiting: str  # note: relates to tag, which is never registered
 
 
 def story() -> Story:
     builder = CorpusBuilder()
     owner = builder.author(11)
-    mail = owner.schema(20, "mail")  # log 20 < log 21: the downstream's key sorts first
+    note = owner.schema(19, "note")  # log 19 < 20 < 21: note's key sorts first, then mail's
+    mail = owner.schema(20, "mail")
     profile = owner.schema(21, "profile")
+    tag = owner.schema(30, "tag")
+    tag.migrate(create_field("label", "varchar"))
+    note.migrate(create_field("tag", "relation", schema=tag.log_ref))
     profile.migrate(create_field("name", "varchar"))
     mail.migrate(
         create_field("subject", "text"),
@@ -138,7 +146,9 @@ def story() -> Story:
     instances(letters, 1).create(mail.ref(), subject="hi panda", to=panda_)
     instances(letters, 2).create(mail.ref(), subject="hi sloth", to=sloth)
     sloth_log.delete(sloth)  # cascades: the mail to sloth is gone, if mail is built after
-    return Story(builder.pairs, profile.schema_id, mail.schema_id)
+    tags = instances(letters, 3).create(tag.ref(), label="later")
+    instances(letters, 4).create(note.ref(), tag=tags)
+    return Story(builder.pairs, profile.schema_id, mail.schema_id, note.schema_id)
 
 
 # --- the webserver and its GraphQL API -----------------------------------------------------
@@ -344,8 +354,8 @@ def wait(what: str, done: Callable[[], bool], run: DaemonScenario, timeout: floa
 
 def test_a_ui_backfill_of_related_schemas_builds_them_in_relation_order() -> None:
     corpus_story = story()
-    up, down = corpus_story.upstream, corpus_story.downstream
-    assert sorted([up, down]) == [down, up]  # naively, the downstream's run comes first
+    up, down, note = corpus_story.upstream, corpus_story.downstream, corpus_story.waiting
+    assert sorted([up, down, note]) == [note, down, up]  # naively, the wrong order
     expected = reduce_corpus(corpus_story.pairs, {up, down})
     assert expected.tables[down].upstream == (up,)
     assert [r.values["subject"] for r in expected.tables[down].rows] == ["hi panda"]  # cascade
@@ -358,7 +368,7 @@ def test_a_ui_backfill_of_related_schemas_builds_them_in_relation_order() -> Non
             assert REGISTRATION_SENSOR in sensors
             for name in sensors:  # all of them, before the daemon's first tick
                 server.stop_sensor(name)
-            backfill_id = server.launch_backfill([down, up], FAMILY)
+            backfill_id = server.launch_backfill([note, down, up], FAMILY)
             assert server.backfill(backfill_id)["status"] == "REQUESTED"
             run.start_daemon()
             instance = dg.DagsterInstance.get()
@@ -375,8 +385,8 @@ def test_a_ui_backfill_of_related_schemas_builds_them_in_relation_order() -> Non
 
 
 def ingest_and_register(run: DaemonScenario, corpus_story: Story) -> None:
-    """`panda ingest`, then `panda register` of both schemas (which adds their partitions),
-    the downstream first; nothing is materialized."""
+    """`panda ingest`, then `panda register` of the three schemas (which adds their
+    partitions), the downstream first; nothing is materialized."""
     story_file = run.home / "story.jsonl"
     story_file.write_text(
         "".join(
@@ -385,11 +395,16 @@ def ingest_and_register(run: DaemonScenario, corpus_story: Story) -> None:
         )
     )
     panda("ingest", str(story_file))
-    for schema_id, name in ((corpus_story.downstream, "mail"), (corpus_story.upstream, "profile")):
+    named = (
+        (corpus_story.waiting, "note"),
+        (corpus_story.downstream, "mail"),
+        (corpus_story.upstream, "profile"),
+    )
+    for schema_id, name in named:
         author, log_id = schema_id.rsplit("-", 1)
         panda("register", author, log_id, "--name", name)
     statuses = {sid: s[0] for sid, s in registry(run.url).items()}
-    assert statuses == {corpus_story.upstream: "registered", corpus_story.downstream: "registered"}
+    assert set(statuses.values()) == {"registered"} and len(statuses) == 3
 
 
 def backfill_and_sensor(
@@ -402,11 +417,11 @@ def backfill_and_sensor(
     """Once the daemon has submitted the backfill's runs, the registration sensor is
     switched on; then until both schemas are materialized, no run is left, and the
     backfill is over."""
-    up, down = corpus_story.upstream, corpus_story.downstream
+    up, down, note = corpus_story.upstream, corpus_story.downstream, corpus_story.waiting
 
     def submitted() -> bool:
         runs = instance.get_runs(filters=dg.RunsFilter(tags={BACKFILL_TAG: backfill_id}))
-        return {r.tags.get("dagster/partition") for r in runs} == {up, down}
+        return {r.tags.get("dagster/partition") for r in runs} == {up, down, note}
 
     wait("the backfill's runs", submitted, run, TIMEOUT)
     server.start_sensor(REGISTRATION_SENSOR)
@@ -414,12 +429,12 @@ def backfill_and_sensor(
     def finished() -> bool:
         statuses = {sid: s[0] for sid, s in registry(run.url).items()}
         return (
-            statuses == {up: "materialized", down: "materialized"}
+            statuses == {up: "materialized", down: "materialized", note: "waiting"}
             and all(r.is_finished for r in instance.get_runs())
             and server.backfill(backfill_id)["status"] in ("COMPLETED_SUCCESS", "COMPLETED_FAILED")
         )
 
-    wait("both schemas materialized", finished, run, TIMEOUT)
+    wait("profile and mail materialized, note waiting", finished, run, TIMEOUT)
 
 
 def check_end_state(url: str, expected: Corpus, corpus_story: Story) -> None:
@@ -433,15 +448,16 @@ def check_end_state(url: str, expected: Corpus, corpus_story: Story) -> None:
     assert state[up][0] == "materialized" and state[down][0] == "materialized"
     assert state[down][2] == [up]  # its upstream schemas
     assert state[down][1] > state[up][1]  # materialized_at: mail's table after profile's
+    assert state[corpus_story.waiting][0] == "waiting"
 
 
 def check_order(instance: dg.DagsterInstance, backfill_id: str, corpus_story: Story) -> str:
-    """From Dagster's run and event storage: the backfill ran one run per schema, the
-    downstream's first; every materialization of mail's table came after profile's first;
-    profile was built by the backfill, mail by the backfill or, if its backfill run found
-    profile unbuilt and recorded the wait, by the registration sensor's `relations-` run.
-    Returns what happened, for the test's output."""
-    up, down = corpus_story.upstream, corpus_story.downstream
+    """From Dagster's run and event storage: the backfill ran one run per schema, in key
+    order; none failed; the first run built profile's and mail's tables (one Spark job,
+    upstream first: the registry's materialized_at says so, `check_end_state`); each of
+    the two has one materialization, from its own backfill run; note has none, and an
+    observation that says what it waits for. Returns what happened, for the output."""
+    up, down, note = corpus_story.upstream, corpus_story.downstream, corpus_story.waiting
     runs = list(instance.get_runs())
     origins = {r.run_id: origin(r, backfill_id) for r in runs}
     assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs), [
@@ -452,29 +468,33 @@ def check_order(instance: dg.DagsterInstance, backfill_id: str, corpus_story: St
         key=lambda r: instance.get_run_record_by_id(r.run_id).create_timestamp,
     )
     submitted = [r.tags["dagster/partition"] for r in by_backfill]
-    assert submitted == [down, up], "the backfill no longer submits the downstream first"
-    by_sensor = [r for r in runs if origins[r.run_id] != "backfill"]
+    assert submitted == [note, down, up], "the backfill no longer submits in key order"
     assert all(o == "backfill" or o.startswith("sensor:") for o in origins.values()), origins
-
     ups = tables_built(instance, up, backfill_id)
     downs = tables_built(instance, down, backfill_id)
     assert [b.origin for b in ups] == ["backfill"], ups
-    assert downs, "mail's table was never materialized"
-    assert all(d.timestamp > ups[0].timestamp for d in downs), (ups, downs)
-    mail_run = by_backfill[0].run_id
-    waited = all(d.run_id != mail_run for d in downs)
-    if waited:  # its backfill run recorded the wait; the sensor built it once, afterwards
-        assert [d.origin.split("-")[0] for d in downs] == ["sensor:relations"], downs
-        assert [r.tags.get("dagster/partition") for r in by_sensor] == [down], origins
-    else:  # profile was built first: the sensor had nothing to add
-        assert [d.run_id for d in downs] == [mail_run] and not by_sensor, (downs, origins)
-    names = {down: "mail", up: "profile"}
+    assert [b.origin for b in downs] == ["backfill"], downs
+    assert tables_built(instance, note, backfill_id) == []
+    observed = instance.fetch_observations(
+        dg.AssetRecordsFilter(dg.AssetKey("materialized_table"), asset_partitions=[note]),
+        limit=10,
+    ).records
+    reasons = [r.event_log_entry.asset_observation.metadata["waiting"].value for r in observed]
+    assert reasons and all(r.startswith("awaiting-schema:") for r in reasons), reasons
+    first = by_backfill[0].run_id
+    logged = [
+        e.message
+        for e in instance.all_logs(first)
+        if e.message and e.message.startswith("built in one Spark job")
+    ]
+    assert logged and up in logged[0] and down in logged[0], logged
+    names = {down: "mail", up: "profile", note: "note"}
     return "\n".join(
         [
             f"  backfill runs submitted for {[names[p] for p in submitted]}",
-            f"  profile's table built by {[(b.origin, b.run_id[:8]) for b in ups]}",
-            f"  mail's backfill run {mail_run[:8]} {'waited' if waited else 'built it'};"
-            f" mail's table built by {[(b.origin, b.run_id[:8]) for b in downs]}",
+            f"  note's run {first[:8]}: {logged[0][:40]}...; note waits: {reasons[0][:60]}",
+            f"  profile reported by {[(b.origin, b.run_id[:8]) for b in ups]}",
+            f"  mail reported by {[(b.origin, b.run_id[:8]) for b in downs]}",
             f"  {len(runs)} runs in all",
         ]
     )
