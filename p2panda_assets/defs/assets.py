@@ -20,6 +20,7 @@ outcome: built, waiting (with its reason) or failed.
 from dataclasses import dataclass
 
 import dagster as dg
+import psycopg
 from dagster_pyspark import PySparkResource
 from pyspark.sql import functions as F
 
@@ -33,10 +34,12 @@ from p2panda_assets.pipeline.index import last_index, run_index
 from p2panda_assets.pipeline.materialize import materialize_schemas
 from p2panda_assets.protocol.ids import checked_schema_id
 from p2panda_assets.store.catalog import stored_catalog
-from p2panda_assets.store.registry import schema_entry_count
+from p2panda_assets.store.registry import schema_entry_count, shown_name_of
 from p2panda_assets.store.tables import SYSTEM_COLUMNS, registry_outcome
 
 BATCH_TAG = "p2panda/batch"  # comma-separated schema ids built together with this one
+SCHEMA_TAG = "p2panda/schema"  # the schema's name, on every run of its family
+VERSION_TAG = "p2panda/version"  # its current version, as the run's index found it
 BACKFILL_TAG = "dagster/backfill"
 
 GROUP = "p2panda"
@@ -62,8 +65,10 @@ def raw_entries(
     with postgres.connect() as conn:
         result = run_index(pyspark.spark_session, conn, postgres.resolved_url())
         entries = schema_entry_count(conn, schema_id)
+        name = name_the_run(context, conn, schema_id, result.catalog)
     return dg.MaterializeResult(
         metadata={
+            "schema_name": name,
             "entries": entries,
             "verified_now": result.verified,
             "logs_in_store": result.logs,
@@ -82,8 +87,9 @@ def decoded_messages(
     spark = pyspark.spark_session
     with postgres.connect() as conn:
         path = last_index(spark, conn).decoded_path(spark, schema_id)
+        name = shown_name_of(conn, schema_id) or schema_id
     if path is None:
-        return dg.MaterializeResult(metadata={"messages": 0})
+        return dg.MaterializeResult(metadata={"schema_name": name, "messages": 0})
     frame = spark.read.parquet(path)
     by_kind = frame.groupBy("kind").agg(F.count(F.lit(1)).alias("n"), F.count("error").alias("e"))
     counted = by_kind.collect()  # one job: every Spark job costs ~0.1 s on the way to a row
@@ -91,6 +97,7 @@ def decoded_messages(
     errors = sum(r["e"] for r in counted)
     return dg.MaterializeResult(
         metadata={
+            "schema_name": name,
             "path": dg.MetadataValue.path(path),
             "messages": sum(kinds.values()),
             "by_kind": dg.MetadataValue.json(kinds),
@@ -101,16 +108,18 @@ def decoded_messages(
 
 @dg.asset(partitions_def=schemas, group_name=GROUP, deps=[decoded_messages], kinds={"python"})
 def migration_plan(context: dg.AssetExecutionContext, postgres: PostgresResource) -> MigrationPlan:
-    # The catalog as the last index step left it (schema logs are small: no Spark).
     """The schema log folded into versions (lenses), with the revert rule applied, and
-    where this schema stands in the relation order."""
+    where this schema stands in the relation order (from the catalog as the last index
+    step left it: schema logs are small, no Spark)."""
     schema_id = checked_schema_id(context.partition_key)
     with postgres.connect() as conn:
         catalog = stored_catalog(conn)
+        name = name_the_run(context, conn, schema_id, catalog)
     order = catalog.order()
     history = catalog.histories.get(schema_id)
     metadata: dict[str, object] = {
-        "upstream": dg.MetadataValue.json(list(order.upstream.get(schema_id, ())))
+        "schema_name": name,
+        "upstream": dg.MetadataValue.json(list(order.upstream.get(schema_id, ()))),
     }
     if history is not None and history.latest is not None:
         metadata |= {
@@ -169,6 +178,7 @@ def materialized_table(
         outcome = next(o for o in outcomes if o.schema_id == schema_id)
         if outcome.status == "unchanged":
             outcome = registry_outcome(conn, schema_id)
+        name = shown_name_of(conn, schema_id) or schema_id
     built = [o.schema_id for o in outcomes if o.status in ("materialized", "dropped")]
     if len(built) > 1 or (built and built != [schema_id]):
         context.log.info(f"built in one Spark job: {', '.join(built)}")
@@ -180,6 +190,7 @@ def materialized_table(
                 asset_key=context.asset_key,
                 partition=schema_id,
                 metadata={
+                    "schema_name": name,
                     "status": "waiting",
                     "waiting": f"{outcome.reason}: {outcome.message}",
                     "upstream_schemas": dg.MetadataValue.json(list(outcome.upstream)),
@@ -188,10 +199,13 @@ def materialized_table(
         )
         return
     if outcome.status == "failed":
-        raise dg.Failure(outcome.message, metadata={"reason": str(outcome.reason)})
+        raise dg.Failure(
+            outcome.message, metadata={"reason": str(outcome.reason), "schema_name": name}
+        )
     history = migration_plan.catalog.histories[schema_id]
     yield dg.MaterializeResult(
         metadata={
+            "schema_name": name,
             "status": outcome.status,
             "table": outcome.table_name,
             "dagster/row_count": outcome.rows,
@@ -206,6 +220,22 @@ def materialized_table(
             ),
         }
     )
+
+
+def name_the_run(
+    context: dg.AssetExecutionContext, conn: psycopg.Connection, schema_id: str, catalog: Catalog
+) -> str:
+    """Tag the run with the schema's name and version (`p2panda/schema`, `p2panda/version`):
+    the UI shows schema ids, 66 characters cut in the middle; a run tagged with the name
+    is found by filtering runs on that tag. Also the runs a UI backfill launched, whose
+    tags the product does not choose. Returns the name (the id if it has none)."""
+    history = catalog.histories.get(schema_id)
+    name = shown_name_of(conn, schema_id) or (history.name if history else None) or schema_id
+    tags = {SCHEMA_TAG: name}
+    if history is not None and history.latest is not None:
+        tags[VERSION_TAG] = str(history.latest.seq)
+    context.instance.add_run_tags(context.run.run_id, tags)
+    return name
 
 
 def batch_of(context: dg.AssetExecutionContext) -> list[str]:

@@ -38,7 +38,7 @@ from p2panda_assets.pipeline.index import last_index
 from p2panda_assets.pipeline.jdbc import read_query
 from p2panda_assets.protocol.fieldtypes import BaseType, FieldType
 from p2panda_assets.protocol.ids import checked_schema_id
-from p2panda_assets.store.registry import table_identifier, table_name_for
+from p2panda_assets.store.registry import shown_name_of, table_identifier, table_name_for
 
 KINDS = ("schema-meta", "schema-migration", "schema-revert", "create", "update", "delete")
 HASH_SIZES = (34, 66)  # YASMF: 2 + 32 bytes; YAMF: 2 + 64
@@ -291,12 +291,16 @@ def decoded_messages_match_their_model(
     spark = pyspark.spark_session
     with postgres.connect() as conn:
         path = last_index(spark, conn).decoded_path(spark, schema_id)
+        name = shown_name_of(conn, schema_id) or schema_id
     if path is None:
-        return dg.AssetCheckResult(passed=True, description="no decoded messages")
+        return dg.AssetCheckResult(
+            passed=True, description="no decoded messages", metadata={"schema_name": name}
+        )
     frame = spark.read.parquet(path)
     tally = Tally()
     lines = summarize(validate(frame, decoded_model(schema_id, tally)))
-    return check_result(lines, tally.findings, {"rows": tally.count(frame, ROWS)})
+    metadata = {"schema_name": name, "rows": tally.count(frame, ROWS)}
+    return check_result(lines, tally.findings, metadata)
 
 
 # --- the materialized table -----------------------------------------------------------------
@@ -518,13 +522,19 @@ def table_matches_the_current_lens(
 ) -> dg.AssetCheckResult:
     schema_id = checked_schema_id(context.partition_key)
     history = _history(migration_plan)
-    if not history.lens:
-        return dg.AssetCheckResult(passed=True, description="no fields left: no table (dropped)")
     table = table_name_for(schema_id)
     with postgres.connect() as conn:
         declared = declared_columns(conn, table)
+        name = shown_name_of(conn, schema_id) or schema_id
+    named_schema = {"schema_name": name}
+    if not history.lens:
+        return dg.AssetCheckResult(
+            passed=True, description="no fields left: no table (dropped)", metadata=named_schema
+        )
     if not declared:
-        return dg.AssetCheckResult(passed=False, description=f"table {table} does not exist")
+        return dg.AssetCheckResult(
+            passed=False, description=f"table {table} does not exist", metadata=named_schema
+        )
     expected = expected_pg_types(history)
     lines = declaration_problems(declared, expected)
     tally = Tally()
@@ -536,7 +546,8 @@ def table_matches_the_current_lens(
     lines += summarize(validate(frame, model), names)
     version = history.latest.seq if history.latest else None
     named = {_named(key, names): count for key, count in tally.findings.items()}
-    return check_result(lines, named, {"rows": tally.count(frame, ROWS), "version": version})
+    metadata = {**named_schema, "rows": tally.count(frame, ROWS), "version": version}
+    return check_result(lines, named, metadata)
 
 
 def _named(finding: str, names: Mapping[str, str]) -> str:
@@ -624,10 +635,11 @@ def entries_are_accounted(
     schema_id = checked_schema_id(context.partition_key)
     with postgres.connect() as conn:
         lines, counts = accounting(conn, schema_id)
+        name = shown_name_of(conn, schema_id) or schema_id
     return dg.AssetCheckResult(
         passed=not lines,
         description="ok" if not lines else "; ".join(lines),
-        metadata=counts,
+        metadata={"schema_name": name, **counts},
     )
 
 

@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from p2panda_assets.engine.corpus import check_record
-from p2panda_assets.pipeline.copy import Target, copy_frame
+from p2panda_assets.pipeline.copy import Target, copy_frame, copy_rows
 from p2panda_assets.pipeline.jdbc import read_partitioned
 from p2panda_assets.pipeline.warehouse import Warehouse, children, exists, remove, warehouse_root
 from p2panda_assets.protocol.message_index import message_index
@@ -115,9 +115,17 @@ def current_warehouse(spark: SparkSession, conn: psycopg.Connection) -> Warehous
     return warehouse
 
 
+SMALL_BATCH = 2_000  # up to this many new entries are verified in the driver
+
+
 def verify_new_entries(spark: SparkSession, conn: psycopg.Connection, url: str) -> int:
     """Verify the entries stored since the last verification; how many there were.
-    The caller holds `PIPELINE_LOCK`."""
+    The caller holds `PIPELINE_LOCK`.
+
+    A few new entries (the sensors' usual case) are verified in the driver: the same
+    `_verify_batches`, without the five Spark jobs a distributed pass costs; the batch
+    still goes to the columnar store through Spark (one job), so any warehouse URI works.
+    """
     warehouse = current_warehouse(spark, conn)
     state = state_sql.pipeline_state(conn)
     _forget_unfinished_batches(spark, warehouse, state.batch)
@@ -125,37 +133,88 @@ def verify_new_entries(spark: SparkSession, conn: psycopg.Connection, url: str) 
     new = state_sql.count_new_entries(conn, state.verified_through, high)
     if not new:
         return 0
-    frame = read_partitioned(
-        spark,
-        jdbc_options(url),
-        state_sql.new_entries_query(state.verified_through, high),
-        column="ingest_seq",
-        partitions=max(1, min(spark.sparkContext.defaultParallelism * 2, new // 5000 + 1)),
-    )
     batch = state.batch + 1
     path = warehouse.batch(batch)
-    frame.mapInArrow(_verify_batches, VERIFIED_SPARK).write.mode("overwrite").parquet(path)
-    verified = spark.read.parquet(path)
+    query = state_sql.new_entries_query(state.verified_through, high)
     token = secrets.token_hex(6)
     index = state_sql.stage_table(conn, "message_index", token)
     accounts = state_sql.stage_table(conn, "accounts", token)
     try:
-        good = verified.filter(F.col("verdict") == "ok")
-        copy_frame(good.select(*INDEX_TARGET.columns), url, _staged(INDEX_TARGET, index))
-        rejected = verified.filter(F.col("verdict") != "ok").select(
-            "hash",
-            F.lit(None).cast("string").alias("schema_id"),
-            F.lit("rejected").alias("state"),
-            F.col("verdict").alias("reason"),
-            F.col("verdict_message").alias("message"),
-        )
-        copy_frame(rejected, url, _staged(ACCOUNT_TARGET, accounts))
+        if new <= SMALL_BATCH:
+            _verify_in_driver(spark, conn, query, path, index, accounts)
+        else:
+            _verify_in_spark(spark, url, query, new, path, index, accounts)
         state_sql.commit_verification(conn, index, accounts, high, batch)
     except BaseException:
         state_sql.drop_tables(conn, [index, accounts])
         remove(spark, path)
         raise
     return new
+
+
+def _verify_in_spark(
+    spark: SparkSession,
+    url: str,
+    query: str,
+    new: int,
+    path: str,
+    index: state_sql.Stage,
+    accounts: state_sql.Stage,
+) -> None:
+    frame = read_partitioned(
+        spark,
+        jdbc_options(url),
+        query,
+        column="ingest_seq",
+        partitions=max(1, min(spark.sparkContext.defaultParallelism * 2, new // 5000 + 1)),
+    )
+    frame.mapInArrow(_verify_batches, VERIFIED_SPARK).write.mode("overwrite").parquet(path)
+    verified = spark.read.parquet(path)
+    good = verified.filter(F.col("verdict") == "ok")
+    copy_frame(good.select(*INDEX_TARGET.columns), url, _staged(INDEX_TARGET, index))
+    rejected = verified.filter(F.col("verdict") != "ok").select(
+        "hash",
+        F.lit(None).cast("string").alias("schema_id"),
+        F.lit("rejected").alias("state"),
+        F.col("verdict").alias("reason"),
+        F.col("verdict_message").alias("message"),
+    )
+    copy_frame(rejected, url, _staged(ACCOUNT_TARGET, accounts))
+
+
+def _verify_in_driver(
+    spark: SparkSession,
+    conn: psycopg.Connection,
+    query: str,
+    path: str,
+    index: state_sql.Stage,
+    accounts: state_sql.Stage,
+) -> None:
+    rows = conn.execute(query).fetchall()
+    columns = ["ingest_seq", "hash", "entry", "payload", "verdict", "verdict_message"]
+    stored = pa.RecordBatch.from_pydict(
+        {
+            name: [bytes(v) if isinstance(v, memoryview) else v for v in values]
+            for name, values in zip(columns, zip(*rows, strict=True), strict=True)
+        }
+    )
+    table = pa.Table.from_batches(list(_verify_batches(iter([stored]))), schema=VERIFIED_ARROW)
+    spark.createDataFrame(table).write.mode("overwrite").parquet(path)
+    verified = table.to_pylist()
+    copy_rows(
+        conn,
+        _staged(INDEX_TARGET, index),
+        ([r[c] for c in INDEX_TARGET.columns] for r in verified if r["verdict"] == "ok"),
+    )
+    copy_rows(
+        conn,
+        _staged(ACCOUNT_TARGET, accounts),
+        (
+            [r["hash"], None, "rejected", r["verdict"], r["verdict_message"]]
+            for r in verified
+            if r["verdict"] != "ok"
+        ),
+    )
 
 
 def _staged(target: Target, stage: state_sql.Stage) -> Target:

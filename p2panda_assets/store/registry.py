@@ -275,3 +275,12 @@ def schema_entry_count(conn: psycopg.Connection, schema_id: str) -> int:
         (schema_id,),
     ).fetchone()
     return int(row[0]) if row else 0
+
+
+def shown_name_of(conn: psycopg.Connection, schema_id: str) -> str | None:
+    """The name people know the schema by: its registered name, else its own."""
+    row = conn.execute(
+        "SELECT coalesce(registered_name, name) FROM p2panda.schemas WHERE schema_id = %s",
+        (schema_id,),
+    ).fetchone()
+    return None if row is None else row[0]

@@ -22,6 +22,7 @@ from pyspark.sql import SparkSession
 from p2panda_assets.cli.main import main
 from p2panda_assets.cli.store_cmd import STATUS_COLUMNS
 from p2panda_assets.definitions import defs
+from p2panda_assets.defs.assets import SCHEMA_TAG, VERSION_TAG
 from p2panda_assets.engine.builder import CorpusBuilder, SchemaAuthor, create_field, instances
 from p2panda_assets.engine.corpus import reduce_corpus
 from p2panda_assets.errors import Reason
@@ -181,6 +182,14 @@ def test_related_schemas_materialize_upstream_first_as_the_engine_reduces_them(
         instance.add_dynamic_partitions(SCHEMAS, relations.schema_ids)
         for schema_id in relations.schema_ids:
             run_partition(instance, schema_id)
+        named = {
+            run.tags["dagster/partition"]: (run.tags[SCHEMA_TAG], run.tags[VERSION_TAG])
+            for run in instance.get_runs()
+        }
+        assert named == {
+            profile: ("profile", str(relations.profile.version)),
+            mail: ("mail", str(relations.mail.version)),
+        }
 
         engine = reduce_corpus(relations.pairs, set(relations.schema_ids))
         expected = engine_tables(engine)
@@ -194,6 +203,7 @@ def test_related_schemas_materialize_upstream_first_as_the_engine_reduces_them(
             [only] = materializations(instance, "materialized_table", schema_id)
             meta = {key: value.value for key, value in only.metadata.items()}
             assert meta["status"] == "materialized"
+            assert meta["schema_name"] == ("profile" if schema_id == profile else "mail")
             assert meta["table"] == table_name_for(schema_id)
             assert meta["dagster/row_count"] == len(table_rows(store, schema_id))
             assert meta["upstream_schemas"] == upstream

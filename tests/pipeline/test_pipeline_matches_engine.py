@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from p2panda_assets.engine.corpus import reduce_corpus
+from p2panda_assets.pipeline import verify
 from p2panda_assets.pipeline.run import run_pipeline
 from p2panda_assets.store.database import connect, ensure_schema
 from p2panda_assets.store.ingest import ingest
@@ -42,7 +43,7 @@ def check_equal(spark, url: str, pairs, registered: set[str]) -> None:
 
 
 @settings(
-    max_examples=12,
+    max_examples=16,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
@@ -50,4 +51,12 @@ def check_equal(spark, url: str, pairs, registered: set[str]) -> None:
 def test_pipeline_tables_and_accounts_equal_the_engine(spark, session_database, corpus, data):
     schema_ids = sorted(reduce_corpus(corpus.pairs).histories)
     registered = {s for s in schema_ids if data.draw(st.booleans(), label=f"register {s[-3:]}")}
-    check_equal(spark, session_database, corpus.pairs, registered)
+    # Verification runs in the driver for small batches, in Spark partitions otherwise:
+    # both paths must give the same store.
+    in_spark = data.draw(st.booleans(), label="verify in Spark partitions")
+    small_batch = verify.SMALL_BATCH
+    verify.SMALL_BATCH = 0 if in_spark else small_batch
+    try:
+        check_equal(spark, session_database, corpus.pairs, registered)
+    finally:
+        verify.SMALL_BATCH = small_batch
