@@ -2,9 +2,11 @@
 
 An author (a fixed demo key, so a second run publishes the same entries and changes
 nothing) writes the profile, attachment and slothmail schemas and some mail with the
-authoring commands; the server side ingests, registers and materializes them through
-Dagster and prints the slothmail table. Then the author reverts the migration that
-removed attachments and validated subjects, and the table is materialized again:
+authoring commands, into `$P2PANDA_HOME/demo/story.jsonl` (written anew on each run and
+kept, so that `panda preview` can be tried on it); the server side ingests, registers and
+materializes them through Dagster and prints the slothmail table. Then the author reverts
+the migration that removed attachments and validated subjects, the table is materialized
+again, and the demo says what changed, from the data (`what_changed`):
 
 - a multi-line subject written at an old version shows as `<Subject>` while subjects
   are validated, and as written once the validation is reverted;
@@ -20,15 +22,31 @@ import hashlib
 import io
 import json
 import os
+import shlex
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from psycopg import sql
 
+from p2panda_assets.engine.corpus import Corpus, State, reduce_corpus
+from p2panda_assets.engine.migrate import migrate_values
+from p2panda_assets.engine.schema_log import SchemaHistory
 from p2panda_assets.errors import P2pandaError, Reason
-from p2panda_assets.home import ensure_home, write_private_file
+from p2panda_assets.home import ensure_home, p2panda_home, write_private_file
+from p2panda_assets.jsonlines import read_entry_lines
+from p2panda_assets.protocol.entry import decode_entry
 from p2panda_assets.protocol.keys import KeyPair
+from p2panda_assets.protocol.messages import (
+    Create,
+    Delete,
+    SchemaHashRef,
+    SchemaRevert,
+    SchemaVersionRef,
+    decode_message,
+)
 
 RESOURCES = Path(__file__).resolve().parents[2] / "resources"
 DEMO_KEY = hashlib.sha256(b"p2panda-assets demo author").digest()
@@ -116,14 +134,31 @@ def write_story_until_revert(author: Author) -> dict[str, str]:
 
 def serve(story: Path, author: Author) -> None:
     """The server's side: ingest, register, materialize (through Dagster)."""
-    print(f"$ panda ingest {story.name}\n{_panda('ingest', str(story))}")
+    print(f"$ panda ingest {shlex.quote(str(story))}\n{_panda('ingest', str(story))}")
     for name in ("profile", "attachment", "slothmail"):
         author_hex, log_id = author.schema_id(name).rsplit("-", 1)
         _panda("register", author_hex, log_id, "--name", name)
     print(f"$ panda materialize\n{_panda('materialize')}")
 
 
-def print_table(schema_id: str) -> None:
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A schema's table as PostgreSQL holds it, beside the engine's reduction of the story
+    file as it stood then (which says why the table is what it is)."""
+
+    schema_id: str
+    table: str
+    version: int  # the table's, as the registry says
+    columns: list[str]
+    rows: dict[str, dict[str, Any]]  # by instance id
+    corpus: Corpus
+
+    @property
+    def history(self) -> SchemaHistory:
+        return self.corpus.histories[self.schema_id]
+
+
+def snapshot(schema_id: str, story: Path) -> Snapshot:
     from p2panda_assets.store.database import connect
     from p2panda_assets.store.registry import table_identifier, table_name_for
 
@@ -133,28 +168,202 @@ def print_table(schema_id: str) -> None:
             sql.SQL("SELECT * FROM {} ORDER BY _instance_id").format(table_identifier(table))
         )
         columns = [c.name for c in cursor.description]
-        rows = cursor.fetchall()
-    print(f"\n{table}  ({len(rows)} rows)")
-    for row in rows:
-        record = dict(zip(columns, row, strict=True))
+        records = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+        (version,) = conn.execute(
+            "SELECT version FROM p2panda.schemas WHERE schema_id = %s", (schema_id,)
+        ).fetchone()
+    corpus = reduce_corpus(item for item in read_entry_lines([story]) if isinstance(item, tuple))
+    rows = {str(record["_instance_id"]): record for record in records}
+    return Snapshot(schema_id, table, version, columns, rows, corpus)
+
+
+def print_table(table: Snapshot) -> None:
+    print(f"\n{table.table}  ({len(table.rows)} rows)")
+    for record in table.rows.values():
         shown = {k: v for k, v in record.items() if k not in ("_author",)}
-        shown["_instance_id"] = str(shown["_instance_id"])[:12] + "…"
-        print("  " + json.dumps(shown, default=str, ensure_ascii=False))
+        shown["_instance_id"] = _short(shown["_instance_id"])
+        print("  " + _json(shown))
+
+
+def _short(instance_id: object) -> str:
+    return str(instance_id)[:12] + "…"
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, default=str, ensure_ascii=False)
+
+
+def _versions(seqs: list[int]) -> str:
+    return ("version " if len(seqs) == 1 else "versions ") + ", ".join(map(str, seqs))
+
+
+# --- what a revert changed, from the data -----------------------------------------------
+
+
+def what_changed(before: Snapshot, after: Snapshot, story: Path) -> list[str]:
+    """A few plain lines on how the table changed between two snapshots of one schema
+    across a revert: columns back or gone, values re-derived, rows gone or still gone."""
+    old, new = before.history, after.history
+    assert old.latest is not None and new.latest is not None
+    revert = new.latest.message
+    if not isinstance(revert, SchemaRevert) or new.latest.ignored_revert:
+        return [f"version {new.latest.seq} is not an effective revert"]
+    if before.version == after.version:
+        return [
+            f"nothing: the table was at version {after.version} already (this store kept "
+            "the revert of an earlier `panda demo`)"
+        ]
+    target, killed = revert.target, sorted(new.dead - old.dead)
+    lines = [
+        f"version {new.latest.seq} reverts to version {target}, so {_versions(killed)} "
+        f"{'is' if len(killed) == 1 else 'are'} dead: the table has version {target}'s lens "
+        "again, applied to the same signed messages"
+    ]
+    lines += _columns(before, after, killed)
+    lines += _values(before, after, target, killed)
+    lines += _deletions(before, after, story)
+    return lines
+
+
+def _changes(history: SchemaHistory, seqs: list[int], name: str, action: str) -> list[int]:
+    """Which of the versions `seqs` of `history` change field `name` by `action`."""
+    found = []
+    for seq in seqs:
+        migration = history.versions[seq].migration
+        if migration and any(c.name == name and c.action == action for c in migration.fields):
+            found.append(seq)
+    return found
+
+
+def _columns(before: Snapshot, after: Snapshot, killed: list[int]) -> list[str]:
+    lines = []
+    for column in after.columns:
+        if column not in before.columns:
+            removed = _changes(before.history, killed, column, "remove")
+            held = sum(row[column] is not None for row in after.rows.values())
+            why = f"{_versions(removed)} had removed it" if removed else "a new column"
+            lines.append(
+                f"column {column} is back ({why}), with values in {held} of {len(after.rows)} rows"
+            )
+    for column in before.columns:
+        if column not in after.columns:
+            created = _changes(before.history, killed, column, "create")
+            why = f"{_versions(created)} had created it" if created else "not in the lens"
+            lines.append(f"column {column} is gone ({why})")
+    return lines
+
+
+def _values(before: Snapshot, after: Snapshot, target: int, killed: list[int]) -> list[str]:
+    """Values that changed in rows in both tables. A field's value that fell back to its
+    default on the killed migrations is found as the engine finds it: the row's values
+    under the target's lens, migrated along the killed versions (`migrate_values`)."""
+    engine_rows = {row.instance_id.hex(): row for row in after.corpus.tables[after.schema_id].rows}
+    lines = []
+    for instance_id in sorted(before.rows.keys() & after.rows.keys()):
+        old, new = before.rows[instance_id], after.rows[instance_id]
+        row = engine_rows.get(instance_id)
+        fell_back: set[str] = set()
+        if row is not None:
+            _, fell_back = migrate_values(row.values, target, before.history, is_create=False)
+        for column in after.columns:
+            if column.startswith("_") or column not in old or old[column] == new[column]:
+                continue
+            change = f"{_short(instance_id)} {column}: {_json(old[column])} -> {_json(new[column])}"
+            if row is not None and column in fell_back:
+                at = _changes(before.history, killed, column, "update")
+                spec = before.history.versions[at[-1]].lens[column] if at else None
+                rule = f" (validation '{spec.validation}')" if spec and spec.validation else ""
+                lines.append(
+                    f"{change}: the value as written had fallen back to the field's default "
+                    f"at {_versions(at)}{rule}; version {target}'s lens derives it again "
+                    "from its message, which never changed"
+                )
+            else:
+                lines.append(f"{change}: derived again through version {target}'s lens")
+    return lines
+
+
+def _deletions(before: Snapshot, after: Snapshot, story: Path) -> list[str]:
+    """Rows gone from the table, and deleted instances that stay gone: a delete applies
+    at every version, even one a revert made dead (SPEC section 3, Revert)."""
+    history = after.history
+    versions = {h: (history.schema_id, seq) for seq, h in history.entry_hashes.items()}
+    creates: dict[bytes, Create] = {}
+    deletes: list[tuple[bytes, Delete]] = []
+    for raw, payload in (i for i in read_entry_lines([story]) if isinstance(i, tuple)):
+        if payload is None:
+            continue
+        entry_hash, message = decode_entry(raw).hash, decode_message(payload)
+        if isinstance(message, Create):
+            creates[entry_hash] = message
+        elif isinstance(message, Delete):
+            deletes.append((entry_hash, message))
+    lines = []
+    for entry_hash, delete in deletes:
+        create = creates.get(delete.instance)
+        account = after.corpus.accounts.get(entry_hash)
+        if create is None or account is None or account.state != State.APPLIED:
+            continue
+        schema_id, created_at = _named(create.schema, versions)
+        if schema_id != after.schema_id:
+            continue
+        instance_id = delete.instance.hex()
+        at = _named(delete.schema, versions)[1] if delete.schema is not None else None
+        when = "" if at is None else f" at version {at}"
+        dead = " (dead now)" if at in history.dead else ""
+        still = "still gone" if instance_id not in before.rows else "gone"
+        lens = history.versions[created_at].lens if created_at in history.versions else {}
+        label = next(
+            (
+                f" {_json(value)}"
+                for name, value in create.fields
+                if isinstance(value, str) and name in lens and not lens[name].type.is_relation
+            ),
+            "",
+        )
+        lines.append(
+            f"{_short(instance_id)}{label} is {still}: deleted{when}{dead}, and a delete "
+            "applies at every version"
+        )
+    for instance_id in sorted(before.rows.keys() - after.rows.keys()):
+        if not any(d.instance.hex() == instance_id for _, d in deletes):
+            lines.append(f"{_short(instance_id)} is gone from the table")
+    return lines
+
+
+def _named(
+    ref: SchemaVersionRef | SchemaHashRef, versions: dict[bytes, tuple[str, int]]
+) -> tuple[str | None, int | None]:
+    """(schema id, version) that a message's schema reference names; (None, None) if it
+    names a version not in `versions`."""
+    if isinstance(ref, SchemaHashRef):
+        return versions.get(ref.hash, (None, None))
+    return ref.schema_id, ref.version
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    story = ensure_home(p2panda_home()) / "demo" / "story.jsonl"
+    story.parent.mkdir(exist_ok=True)
+    story.unlink(missing_ok=True)  # the commands append: each run writes the story anew
     with tempfile.TemporaryDirectory(prefix="p2panda-demo-") as scratch:
-        story = Path(scratch) / "story.jsonl"
         author = Author(Path(scratch) / "author", story)
         print("== The slothmail authors publish four versions; one mail is deleted at version 4")
         write_story_until_revert(author)
         serve(story, author)
         slothmail = author.schema_id("slothmail")
-        print_table(slothmail)
+        before = snapshot(slothmail, story)
+        print_table(before)
         print("\n== The authors revert slothmail to version 3 (attachments, unvalidated subjects)")
         author.run("schema", "slothmail", "revert", "--target", "3")
         serve(story, author)
-        print_table(slothmail)
+        after = snapshot(slothmail, story)
+        print_table(after)
+    print("\n== What changed")
+    for line in what_changed(before, after, story):
+        print(f"  {line}")
     print("\n$ panda status")
     print(_panda("status"))
+    print(f"\n== The authors' entries are kept in {story}")
+    print("The engine alone (no Spark, no database) computes the same table from them:")
+    print(f"  panda preview {shlex.quote(str(story))} --schema {slothmail}")
     return 0
