@@ -21,6 +21,7 @@ from p2panda_assets.cli import (
     schema_cmd,
     server_cmd,
     store_cmd,
+    unregister_cmd,
 )
 from p2panda_assets.cli.quiet import quiet_output, verbose_output
 from p2panda_assets.errors import P2pandaError, Reason
@@ -57,6 +58,7 @@ COMMANDS = (
     publish_cmd,
     preview_cmd,
     store_cmd,
+    unregister_cmd,
     materialize_cmd,
     check_cmd,
     entry_cmd,

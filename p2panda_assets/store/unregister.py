@@ -1,0 +1,123 @@
+"""Unregistering a schema (`panda unregister`): everything the product derived for it goes,
+in one transaction; the entries it was built from stay.
+
+What goes: its table (`p2panda_data.s_...`), its version tables (`p2panda_versions`) and
+their rows in `p2panda.schema_versions`, its registry row, its deleted set, and the
+accounts its builds wrote (origin `instance`), so that `panda status` counts those
+entries as not yet processed rather than applied to a table that is gone. The accounts
+the verification and index steps wrote stay: they describe the entries, and `panda
+status` counts them as "not registered", as any unregistered schema's. The views are
+dropped first (they depend on the tables) and made again from the registry last, under
+the views lock, as a registration does. The entry store is append-only: registering the
+schema again and materializing it builds the same table from the same entries.
+
+A schema that other registered schemas relate to (their registry row's `upstream` names
+it) is only unregistered with `force`: their tables stay as they are, and their next
+build waits until it is registered again. The caller removes the Dagster partition
+afterwards (`p2panda_assets.partitions_admin`).
+
+Every identifier is composed with `psycopg.sql.Identifier`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import sql
+
+from p2panda_assets.errors import P2pandaError, Reason
+from p2panda_assets.store.pipeline_state import hold_pipeline_lock, release_pipeline_lock
+from p2panda_assets.store.registry import parse_schema_id, table_identifier
+from p2panda_assets.store.views import create_views, drop_views, lock_views
+
+
+@dataclass(frozen=True, slots=True)
+class Unregistered:
+    """What unregistering a schema removed."""
+
+    schema_id: str
+    name: str | None  # the registered name, else the schema's own
+    table_name: str
+    version_tables: list[str]  # of the versions `--as-of-version` had built, by version
+    accounts: int  # instance accounts removed (those entries count as unprocessed again)
+    deleted: int  # rows of its deleted set removed
+    dependents: list[str]  # registered schemas that relate to it (only with force)
+
+
+def dependents(conn: psycopg.Connection, schema_id: str) -> list[str]:
+    """The other registered schemas whose relations reach `schema_id` (their registry
+    row's `upstream` names it), by schema id."""
+    rows = conn.execute(
+        "SELECT schema_id FROM p2panda.schemas WHERE schema_id <> %s AND %s = ANY(upstream)"
+        " ORDER BY schema_id",
+        (schema_id, schema_id),
+    ).fetchall()
+    return [row[0] for row in rows]
+
+
+def unregister(conn: psycopg.Connection, schema_id: str, force: bool = False) -> Unregistered:
+    """Remove a registered schema's table, version tables, registry row, deleted set and
+    instance accounts, and make the views again, in one transaction; `awaiting-schema`
+    if it is not registered, `bad-input` if other registered schemas relate to it and
+    `force` is not given. Under the pipeline lock, so that no build swaps its table back
+    in meanwhile; `conn` is an autocommit connection."""
+    parse_schema_id(schema_id)  # `bad-value` for what is not a schema id
+    hold_pipeline_lock(conn)
+    try:
+        with conn.transaction():
+            return _unregister(conn, schema_id, force)
+    finally:
+        release_pipeline_lock(conn)
+
+
+def _unregister(conn: psycopg.Connection, schema_id: str, force: bool) -> Unregistered:
+    lock_views(conn)  # first, as every registration and view refresh takes it
+    row = conn.execute(
+        "SELECT table_name, coalesce(registered_name, name) FROM p2panda.schemas"
+        " WHERE schema_id = %s FOR UPDATE",
+        (schema_id,),
+    ).fetchone()
+    if row is None:
+        raise P2pandaError(Reason.AWAITING_SCHEMA, f"schema {schema_id} is not registered")
+    table_name, name = row
+    related = dependents(conn, schema_id)
+    if related and not force:
+        raise P2pandaError(
+            Reason.BAD_INPUT,
+            f"registered schemas relate to {schema_id}: {', '.join(related)}; unregister"
+            " them first, or give --force (their tables stay, and wait for it)",
+        )
+    drop_views(conn)  # they depend on the tables
+    versions = conn.execute(
+        "DELETE FROM p2panda.schema_versions WHERE schema_id = %s RETURNING version, table_name",
+        (schema_id,),
+    ).fetchall()
+    version_tables = [table for _, table in sorted(versions)]
+    for table in [table_name, *version_tables]:
+        _drop_table(conn, schema_id, table)
+    accounts = conn.execute(
+        "DELETE FROM p2panda.accounts WHERE origin = 'instance' AND schema_id = %s",
+        (schema_id,),
+    ).rowcount
+    deleted = conn.execute(
+        "DELETE FROM p2panda.deleted_instances WHERE schema_id = %s", (schema_id,)
+    ).rowcount
+    conn.execute("DELETE FROM p2panda.schemas WHERE schema_id = %s", (schema_id,))
+    create_views(conn)
+    return Unregistered(schema_id, name, table_name, version_tables, accounts, deleted, related)
+
+
+def _drop_table(conn: psycopg.Connection, schema_id: str, table_name: str) -> None:
+    """Drop one of the schema's tables, if it was built. Something outside the product
+    that depends on it (a view of one's own) makes the whole unregistration fail, as it
+    makes a swap fail: `internal`, a refused write, with PostgreSQL's detail."""
+    try:
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table_identifier(table_name)))
+    except psycopg.errors.DependentObjectsStillExist as error:
+        primary = error.diag.message_primary or str(error).strip()
+        detail = "; ".join((error.diag.message_detail or "").splitlines())
+        raise P2pandaError(
+            Reason.INTERNAL,
+            f"cannot unregister {schema_id}: {primary}" + (f" ({detail})" if detail else ""),
+        ) from None
