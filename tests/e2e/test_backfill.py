@@ -469,6 +469,8 @@ def check_order(instance: dg.DagsterInstance, backfill_id: str, corpus_story: St
     )
     submitted = [r.tags["dagster/partition"] for r in by_backfill]
     assert submitted == [note, down, up], "the backfill no longer submits in key order"
+    # The UI shows partitions as ids; each run says which schema it is about.
+    assert [r.tags.get("p2panda/schema") for r in by_backfill] == ["note", "mail", "profile"]
     assert all(o == "backfill" or o.startswith("sensor:") for o in origins.values()), origins
     ups = tables_built(instance, up, backfill_id)
     downs = tables_built(instance, down, backfill_id)
