@@ -7,7 +7,6 @@ lens order: Spark resolves names case-insensitively and a field name is data.
 
 from __future__ import annotations
 
-import pandas as pd
 from pyspark.sql import types as T
 
 from p2panda_assets.engine.lens import Lens
@@ -44,15 +43,3 @@ def pg_type(ftype: FieldType) -> str:
 def field_columns(lens: Lens) -> list[tuple[str, str, FieldType]]:
     """(internal column name, field name, type) per field, in lens order."""
     return [(f"f{i}", name, spec.type) for i, (name, spec) in enumerate(lens.items())]
-
-
-def rows_frame(rows: list[dict[str, object]], columns: list[str]) -> pd.DataFrame:
-    """A pandas frame for Spark from row dicts: absent values are None (a column pandas
-    fills with NaN would not convert to an Arrow string or binary column)."""
-    values = [[row.get(c) for c in columns] for row in rows]
-    return pd.DataFrame(values, columns=columns, dtype=object)
-
-
-def column_names(spark_schema: str) -> list[str]:
-    """The names in a DDL-style schema string (`"a binary, b string"`)."""
-    return [part.split()[0] for part in spark_schema.split(", ")]

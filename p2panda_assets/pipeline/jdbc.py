@@ -1,23 +1,12 @@
-"""Moving DataFrames between Spark and PostgreSQL through JDBC.
-
-Spark never creates tables here: every target is created by the product with exact
-column types, and Spark only appends to it (so `varchar(255)`, `timestamptz` and arrays
-are what SPEC says, not what Spark's dialect would guess).
-"""
+"""Reading PostgreSQL into Spark through JDBC (new entries, and tables the checks read
+back). Nothing is written through JDBC: Spark's JDBC writer changes values, so tables
+are written by binary COPY (`pipeline.copy`)."""
 
 from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
 
 Jdbc = dict[str, str]  # url, user, password, driver
-
-
-def require_autocommit(conn: object) -> None:
-    """The pipeline's connections autocommit, so that each `conn.transaction()` block is a
-    real transaction: committed when it ends, and so visible to Spark's own JDBC
-    connections. (Inside an open transaction, psycopg makes it a mere savepoint.)"""
-    if not getattr(conn, "autocommit", False):
-        raise ValueError("the pipeline needs an autocommit connection: connect(autocommit=True)")
 
 
 def read_query(spark: SparkSession, jdbc: Jdbc, query: str, *, partitions: int = 1) -> DataFrame:
@@ -29,16 +18,25 @@ def read_query(spark: SparkSession, jdbc: Jdbc, query: str, *, partitions: int =
 
 
 def read_partitioned(
-    spark: SparkSession, jdbc: Jdbc, query: str, *, column: str, partitions: int
+    spark: SparkSession,
+    jdbc: Jdbc,
+    query: str,
+    *,
+    column: str,
+    partitions: int,
+    bounds: tuple[int, int] | None = None,
 ) -> DataFrame:
     """The rows of `query` read over `partitions` JDBC connections at once, split on
     `column` (an integer column the query selects): one connection would feed every core
-    through a single socket. The bounds come from the query's own rows."""
-    bounds = read_query(
-        spark, jdbc, f"SELECT min({column}) AS lo, max({column}) AS hi FROM ({query}) q"
-    )
-    lo, hi = bounds.first()
-    if lo is None or partitions <= 1 or hi <= lo:
+    through a single socket. The bounds of `column` are `bounds` when the caller knows
+    them, else they come from the query's own rows (one more Spark job)."""
+    if bounds is None:
+        found = read_query(
+            spark, jdbc, f"SELECT min({column}) AS lo, max({column}) AS hi FROM ({query}) q"
+        ).first()
+        bounds = (found[0], found[1]) if found is not None else None
+    lo, hi = bounds if bounds is not None else (None, None)
+    if lo is None or hi is None or partitions <= 1 or hi <= lo:
         return read_query(spark, jdbc, query)
     return (
         spark.read.format("jdbc")
@@ -50,17 +48,4 @@ def read_partitioned(
         .option("numPartitions", str(partitions))
         .option("fetchsize", "10000")
         .load()
-    )
-
-
-def append(frame: DataFrame, jdbc: Jdbc, table: str) -> None:
-    """Append `frame` to an existing table (columns matched by name)."""
-    (
-        frame.write.format("jdbc")
-        .options(**jdbc)
-        .option("dbtable", table)
-        .option("batchsize", "10000")
-        .option("stringtype", "unspecified")
-        .mode("append")
-        .save()
     )

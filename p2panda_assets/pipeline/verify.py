@@ -143,7 +143,8 @@ def verify_new_entries(spark: SparkSession, conn: psycopg.Connection, url: str) 
         if new <= SMALL_BATCH:
             _verify_in_driver(spark, conn, query, path, index, accounts)
         else:
-            _verify_in_spark(spark, url, query, new, path, index, accounts)
+            bounds = (state.verified_through + 1, high)
+            _verify_in_spark(spark, url, query, new, bounds, path, index, accounts)
         state_sql.commit_verification(conn, index, accounts, high, batch)
     except BaseException:
         state_sql.drop_tables(conn, [index, accounts])
@@ -157,6 +158,7 @@ def _verify_in_spark(
     url: str,
     query: str,
     new: int,
+    bounds: tuple[int, int],
     path: str,
     index: state_sql.Stage,
     accounts: state_sql.Stage,
@@ -167,6 +169,7 @@ def _verify_in_spark(
         query,
         column="ingest_seq",
         partitions=max(1, min(spark.sparkContext.defaultParallelism * 2, new // 5000 + 1)),
+        bounds=bounds,
     )
     frame.mapInArrow(_verify_batches, VERIFIED_SPARK).write.mode("overwrite").parquet(path)
     verified = spark.read.parquet(path)
