@@ -15,6 +15,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from p2panda_assets.dead_runs import fail_dead_runs, process_tags
 from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.home import p2panda_home
 from p2panda_assets.store.database import DATABASE_URL_ENV, connect, database_url, ensure_schema
@@ -87,6 +88,7 @@ def materialize(schema_ids: list[str] | None = None) -> Materialized:
         if not targets:
             return Materialized([], [])
         add_partitions(instance, registered)
+        fail_dead_runs(instance)
         job = defs.resolve_job_def(JOB)
         # The index step (asset raw_entries) comes first: the relation order needs it.
         index_run = _run(job, instance, targets[0], [dg.AssetKey("raw_entries")], {})
@@ -112,6 +114,7 @@ def materialize_as_of(schema_id: str, version: int) -> None:
 
     prepare_environment()
     with dg.DagsterInstance.get() as instance:
+        fail_dead_runs(instance)
         result = defs.resolve_job_def(AS_OF_JOB).execute_in_process(
             run_config={
                 "loggers": {"console": {"config": {"log_level": "WARNING"}}},
@@ -120,6 +123,7 @@ def materialize_as_of(schema_id: str, version: int) -> None:
                 },
             },
             instance=instance,
+            tags=process_tags(),
             raise_on_error=False,
         )
     if not result.success:
@@ -150,7 +154,7 @@ def _run(
         instance=instance,
         partition_key=schema_id,
         asset_selection=selection,
-        tags=tags,
+        tags={**tags, **process_tags()},
         raise_on_error=False,
     )
     return None if result.success else run_failure(result, schema_id)
