@@ -30,7 +30,7 @@ from p2panda_assets.engine.compatibility import history_compatibility
 from p2panda_assets.engine.corpus import Catalog
 from p2panda_assets.engine.relations import BuildOrder
 from p2panda_assets.pipeline.columns import pg_type
-from p2panda_assets.pipeline.index import last_index, run_index
+from p2panda_assets.pipeline.index import decoded_path, last_index, run_index
 from p2panda_assets.pipeline.materialize import materialize_schemas
 from p2panda_assets.protocol.ids import checked_schema_id
 from p2panda_assets.store.catalog import stored_catalog
@@ -86,7 +86,7 @@ def decoded_messages(
     schema_id = checked_schema_id(context.partition_key)
     spark = pyspark.spark_session
     with postgres.connect() as conn:
-        path = last_index(spark, conn).decoded_path(spark, schema_id)
+        path = decoded_path(spark, conn, schema_id)
         name = shown_name_of(conn, schema_id) or schema_id
     if path is None:
         return dg.MaterializeResult(metadata={"schema_name": name, "messages": 0})

@@ -34,7 +34,7 @@ from p2panda_assets.engine.lens import FieldSpec
 from p2panda_assets.engine.schema_log import SchemaHistory
 from p2panda_assets.engine.validation import compile_validation, validates
 from p2panda_assets.pipeline.columns import SPARK_TYPES, field_columns, pg_type
-from p2panda_assets.pipeline.index import last_index
+from p2panda_assets.pipeline.index import decoded_path
 from p2panda_assets.pipeline.jdbc import read_query
 from p2panda_assets.protocol.fieldtypes import BaseType, FieldType
 from p2panda_assets.protocol.ids import checked_schema_id
@@ -290,7 +290,7 @@ def decoded_messages_match_their_model(
     schema_id = checked_schema_id(context.partition_key)
     spark = pyspark.spark_session
     with postgres.connect() as conn:
-        path = last_index(spark, conn).decoded_path(spark, schema_id)
+        path = decoded_path(spark, conn, schema_id)
         name = shown_name_of(conn, schema_id) or schema_id
     if path is None:
         return dg.AssetCheckResult(

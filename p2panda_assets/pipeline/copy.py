@@ -23,6 +23,16 @@ import pyarrow as pa
 from psycopg import sql
 from pyspark.sql import DataFrame
 
+from p2panda_assets.store.pipeline_state import Stage
+
+# The columns of p2panda.accounts every stage of the pipeline writes (origin aside).
+ACCOUNT_COLUMNS = (
+    ("hash", "bytea"),
+    ("schema_id", "text"),
+    ("state", "text"),
+    ("reason", "text"),
+    ("message", "text"),
+)
 RESULT_SPARK = "dest string, rows long, error string"
 RESULT_ARROW = pa.schema([("dest", pa.string()), ("rows", pa.int64()), ("error", pa.string())])
 
@@ -36,6 +46,11 @@ class Target:
     table: str
     columns: tuple[str, ...]
     types: tuple[str, ...]
+
+    @classmethod
+    def into(cls, stage: Stage, columns: Sequence[tuple[str, str]]) -> Target:
+        """A staging table, with (column, type) pairs."""
+        return cls(stage.schema, stage.name, *(tuple(x) for x in zip(*columns, strict=True)))
 
     def statement(self) -> sql.Composed:
         return sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(

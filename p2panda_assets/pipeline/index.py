@@ -35,11 +35,19 @@ from p2panda_assets.engine.corpus import (
 )
 from p2panda_assets.engine.relations import BuildOrder
 from p2panda_assets.errors import P2pandaError, Reason
-from p2panda_assets.pipeline.copy import Target, copy_frame
+from p2panda_assets.pipeline.copy import ACCOUNT_COLUMNS, Target, copy_frame
 from p2panda_assets.pipeline.groups import Row, map_groups
 from p2panda_assets.pipeline.verify import current_warehouse, verify_new_entries
-from p2panda_assets.pipeline.warehouse import NO_SCHEMA, Warehouse, children, exists, remove
+from p2panda_assets.pipeline.warehouse import (
+    NO_SCHEMA,
+    Warehouse,
+    children,
+    exists,
+    remove,
+    warehouse_root,
+)
 from p2panda_assets.protocol.entry import decode_entry
+from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.protocol.log import Rejection
 from p2panda_assets.protocol.messages import (
     SchemaHashRef,
@@ -52,12 +60,6 @@ from p2panda_assets.store.catalog import registered_schemas
 from p2panda_assets.store.catalog import stored_catalog as stored_catalog  # re-exported
 
 ACCOUNT_SPARK = "hash binary, schema_id string, state string, reason string, message string"
-ACCOUNT_TARGET = Target(
-    "p2panda",
-    "accounts",
-    ("hash", "schema_id", "state", "reason", "message", "origin"),
-    ("bytea", "text", "text", "text", "text", "text"),
-)
 # One row per accepted entry (`item`), per log (`log`: its summary) and per entry the
 # chain rules rejected or hold pending (`account`).
 CHAIN_ARROW = pa.schema(
@@ -122,8 +124,7 @@ def ref_from_columns(
         return SchemaHashRef(bytes(schema_hash))
     if schema_id is None or version is None:
         return None
-    author, log_id = schema_id.rsplit("-", 1)
-    return SchemaVersionRef(bytes.fromhex(author), int(log_id), int(version))
+    return SchemaVersionRef(*parse_schema_id(schema_id), int(version))
 
 
 def account_rows(accounts: Accounts) -> list[dict[str, object]]:
@@ -213,18 +214,22 @@ class IndexResult:
     fingerprint: str  # what the index was computed from
     up_to_date: bool = False  # nothing changed since the last index step
 
-    def decoded_path(self, spark: SparkSession, schema_id: str) -> str | None:
-        """Where the schema's chained messages are (None: it has none)."""
-        if self.chained_run is None:
-            return None
-        path = self.warehouse.chained_schema(self.chained_run, schema_id)
-        return path if exists(spark, path) else None
-
     def decoded(self, spark: SparkSession) -> DataFrame | None:
         """Every chained message of the store (None before the first entry)."""
         if self.chained_run is None:
             return None
         return spark.read.parquet(self.warehouse.chained(self.chained_run))
+
+
+def decoded_path(spark: SparkSession, conn: psycopg.Connection, schema_id: str) -> str | None:
+    """Where the last index step wrote the schema's decoded messages (None: it wrote
+    none); from the progress row alone, without folding the catalog."""
+    state = state_sql.pipeline_state(conn)
+    if state.chained_run is None:
+        return None
+    warehouse = Warehouse(warehouse_root(), state.warehouse_token)
+    path = warehouse.chained_schema(state.chained_run, schema_id)
+    return path if exists(spark, path) else None
 
 
 def run_index(spark: SparkSession, conn: psycopg.Connection, url: str) -> IndexResult:
@@ -292,7 +297,7 @@ def _run_index(spark: SparkSession, conn: psycopg.Connection, url: str) -> Index
 def _keep_chained(spark: SparkSession, warehouse: Warehouse, keep: set[str | None]) -> None:
     """Remove older chained runs. The previous one stays: a build that started from it
     (and holds the pipeline lock while it reads) must still find its files."""
-    base = warehouse.chained("").rstrip("/")
+    base = warehouse.chained_root
     for name in children(spark, base):
         if name not in keep:
             remove(spark, f"{base}/{name}")
@@ -464,8 +469,7 @@ def _commit(
 ) -> None:
     stage = state_sql.stage_table(conn, "accounts", secrets.token_hex(6))
     try:
-        target = Target(stage.schema, stage.name, ACCOUNT_TARGET.columns, ACCOUNT_TARGET.types)
-        copy_frame(accounts, url, target)
+        copy_frame(accounts, url, Target.into(stage, (*ACCOUNT_COLUMNS, ("origin", "text"))))
         state_sql.commit_index(conn, logs, stage, run, fingerprint)
     except BaseException:
         state_sql.drop_tables(conn, [stage])

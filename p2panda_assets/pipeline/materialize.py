@@ -39,13 +39,18 @@ from p2panda_assets.engine.lens import Lens
 from p2panda_assets.engine.relations import BuildOrder, relation_target
 from p2panda_assets.errors import Reason
 from p2panda_assets.pipeline.columns import pg_type
-from p2panda_assets.pipeline.copy import Target, copy_frame, copy_partitions
+from p2panda_assets.pipeline.copy import ACCOUNT_COLUMNS, Target, copy_frame, copy_partitions
 from p2panda_assets.pipeline.groups import Row, map_groups
 from p2panda_assets.pipeline.index import IndexResult, account_rows, items_log
 from p2panda_assets.protocol.ids import checked_schema_id
 from p2panda_assets.protocol.log import Rejection
 from p2panda_assets.store import tables
-from p2panda_assets.store.pipeline_state import Stage, hold_pipeline_lock, release_pipeline_lock
+from p2panda_assets.store.pipeline_state import (
+    Stage,
+    drop_tables,
+    hold_pipeline_lock,
+    release_pipeline_lock,
+)
 from p2panda_assets.store.registry import table_name_for, version_table_name_for
 from p2panda_assets.store.tables import Outcome
 
@@ -66,8 +71,6 @@ REDUCED_ARROW = pa.schema(
         ("message", pa.string()),
     ]
 )
-ACCOUNT_COLUMNS = ("hash", "schema_id", "state", "reason", "message")
-ACCOUNT_TYPES = ("bytea", "text", "text", "text", "text")
 SYSTEM_TYPES = ("text", "text", "int8", "numeric", "text")
 
 
@@ -389,7 +392,7 @@ def _build(
             except psycopg.Error as error:
                 _fail(conn, outcome, f"swap failed: {database_error(error)}", as_of)
     finally:
-        tables.drop_stages(conn, [*stages.values(), accounts, deleted_stage])
+        drop_tables(conn, [*stages.values(), accounts, deleted_stage])
         # What this build persisted (the reduction, the cascade's rounds): the session
         # outlives the run in the resident worker, and runs never share cached frames.
         spark.catalog.clearCache()
@@ -442,7 +445,7 @@ def _write(
                 F.col("schema").alias("schema_id"), F.col("hash").alias("instance_id")
             ),
             url,
-            _shared_target(deleted_stage, ("schema_id", "instance_id"), ("text", "bytea")),
+            Target.into(deleted_stage, (("schema_id", "text"), ("instance_id", "bytea"))),
         )
 
 
@@ -450,10 +453,6 @@ def _row_target(stage: Stage, lens: Lens) -> Target:
     columns = tuple(c for c, _ in tables.SYSTEM_COLUMNS) + tuple(lens)
     types = SYSTEM_TYPES + tuple(pg_type(spec.type) for spec in lens.values())
     return Target(stage.schema, stage.name, columns, types)
-
-
-def _shared_target(stage: Stage, columns: Sequence[str], types: Sequence[str]) -> Target:
-    return Target(stage.schema, stage.name, tuple(columns), tuple(types))
 
 
 def _stage_accounts(
@@ -483,7 +482,7 @@ def _stage_accounts(
     copy_frame(
         from_reduction.unionByName(from_instances),
         url,
-        _shared_target(accounts, ACCOUNT_COLUMNS, ACCOUNT_TYPES),
+        Target.into(accounts, ACCOUNT_COLUMNS),
     )
 
 

@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from p2panda_assets.engine.corpus import check_record
-from p2panda_assets.pipeline.copy import Target, copy_frame, copy_rows
+from p2panda_assets.pipeline.copy import ACCOUNT_COLUMNS, Target, copy_frame, copy_rows
 from p2panda_assets.pipeline.jdbc import read_partitioned
 from p2panda_assets.pipeline.warehouse import Warehouse, children, exists, remove, warehouse_root
 from p2panda_assets.protocol.message_index import message_index
@@ -49,17 +49,13 @@ VERIFIED_SPARK = (
     "log_id decimal(20,0), seq decimal(20,0), entry binary, payload binary, kind string, "
     "schema_id string, schema_version decimal(20,0), schema_hash binary, instance binary"
 )
-INDEX_TARGET = Target(
-    "p2panda",
-    "message_index",
-    ("hash", "kind", "schema_id", "schema_version", "schema_hash", "instance"),
-    ("bytea", "text", "text", "numeric", "bytea", "bytea"),
-)
-ACCOUNT_TARGET = Target(
-    "p2panda",
-    "accounts",
-    ("hash", "schema_id", "state", "reason", "message"),
-    ("bytea", "text", "text", "text", "text"),
+INDEX_COLUMNS = (
+    ("hash", "bytea"),
+    ("kind", "text"),
+    ("schema_id", "text"),
+    ("schema_version", "numeric"),
+    ("schema_hash", "bytea"),
+    ("instance", "bytea"),
 )
 
 
@@ -174,7 +170,8 @@ def _verify_in_spark(
     frame.mapInArrow(_verify_batches, VERIFIED_SPARK).write.mode("overwrite").parquet(path)
     verified = spark.read.parquet(path)
     good = verified.filter(F.col("verdict") == "ok")
-    copy_frame(good.select(*INDEX_TARGET.columns), url, _staged(INDEX_TARGET, index))
+    index_target = Target.into(index, INDEX_COLUMNS)
+    copy_frame(good.select(*index_target.columns), url, index_target)
     rejected = verified.filter(F.col("verdict") != "ok").select(
         "hash",
         F.lit(None).cast("string").alias("schema_id"),
@@ -182,7 +179,7 @@ def _verify_in_spark(
         F.col("verdict").alias("reason"),
         F.col("verdict_message").alias("message"),
     )
-    copy_frame(rejected, url, _staged(ACCOUNT_TARGET, accounts))
+    copy_frame(rejected, url, Target.into(accounts, ACCOUNT_COLUMNS))
 
 
 def _verify_in_driver(
@@ -206,22 +203,18 @@ def _verify_in_driver(
     verified = table.to_pylist()
     copy_rows(
         conn,
-        _staged(INDEX_TARGET, index),
-        ([r[c] for c in INDEX_TARGET.columns] for r in verified if r["verdict"] == "ok"),
+        Target.into(index, INDEX_COLUMNS),
+        ([r[c] for c, _ in INDEX_COLUMNS] for r in verified if r["verdict"] == "ok"),
     )
     copy_rows(
         conn,
-        _staged(ACCOUNT_TARGET, accounts),
+        Target.into(accounts, ACCOUNT_COLUMNS),
         (
             [r["hash"], None, "rejected", r["verdict"], r["verdict_message"]]
             for r in verified
             if r["verdict"] != "ok"
         ),
     )
-
-
-def _staged(target: Target, stage: state_sql.Stage) -> Target:
-    return Target(stage.schema, stage.name, target.columns, target.types)
 
 
 def _forget_unfinished_batches(spark: SparkSession, warehouse: Warehouse, batch: int) -> None:

@@ -51,8 +51,12 @@ class Warehouse:
     def batch(self, number: int) -> str:
         return f"{self.entries}/batch={number}"
 
+    @property
+    def chained_root(self) -> str:
+        return f"{self.base}/chained"
+
     def chained(self, run: str) -> str:
-        return f"{self.base}/chained/{run}"
+        return f"{self.chained_root}/{run}"
 
     def chained_schema(self, run: str, schema_id: str) -> str:
         return f"{self.chained(run)}/schema={schema_id}"

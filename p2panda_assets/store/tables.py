@@ -16,7 +16,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from p2panda_assets.store.pipeline_state import UPSERT_ACCOUNTS, Stage, drop_tables
+from p2panda_assets.store.pipeline_state import UPSERT_ACCOUNTS, Stage
 from p2panda_assets.store.views import create_views, drop_views
 
 SYSTEM_COLUMNS = (  # (name, type); all NOT NULL, `_instance_id` the primary key
@@ -91,9 +91,6 @@ def index_stage(conn: psycopg.Connection, stage: Stage) -> None:
             stage.identifier, sql.Identifier(f"{stage.name}_pkey")
         )
     )
-
-
-drop_stages = drop_tables
 
 
 def swap_schema(
@@ -273,33 +270,27 @@ def deleted_sets(conn: psycopg.Connection, schema_ids: Sequence[str]) -> list[tu
 
 
 def registry_outcome(conn: psycopg.Connection, schema_id: str) -> Outcome:
-    """The outcome of a schema's last build, as its registry row records it (a run
-    whose table was built by an earlier run of its batch reports this)."""
+    """The outcome of a schema's last build, as its registry row records it: what a run
+    reports whose table an earlier run of its batch built (`unchanged` is only ever a
+    built table, so there is no reason to carry)."""
     row = conn.execute(
-        "SELECT status, status_message, rows, version, version_hash, table_name, upstream,"
+        "SELECT status, rows, version, version_hash, table_name, upstream,"
         " fallbacks, name, description, migrations FROM p2panda.schemas WHERE schema_id = %s",
         (schema_id,),
     ).fetchone()
     if row is None:
         raise LookupError(f"schema {schema_id} is not registered")
-    status, message, rows, version, version_hash, table, upstream, fallbacks = row[:8]
-    reason, _, text = (
-        (message or "").partition(": ")
-        if status in ("waiting", "failed")
-        else ("", "", message or "")
-    )
+    status, rows, version, version_hash, table, upstream, fallbacks = row[:7]
     return Outcome(
         schema_id,
         status,
-        message=text,
-        reason=reason or None,
         rows=int(rows or 0),
         version=version,
         version_hash=version_hash,
         table_name=table,
         upstream=tuple(upstream or ()),
         fallbacks=dict(fallbacks or {}),
-        name=row[8],
-        description=row[9],
-        migrations=dict(row[10] or {}),
+        name=row[7],
+        description=row[8],
+        migrations=dict(row[9] or {}),
     )

@@ -150,13 +150,13 @@ def test_checks_that_guard_data_flowing_on_are_blocking() -> None:
 # --- crafted violations ---------------------------------------------------------------------
 
 
-def decoded_path(url: str, schema_id: str) -> Path:
+def local_decoded_path(url: str, schema_id: str) -> Path:
     """Where the last index step wrote the schema's chained messages (a local path)."""
-    from p2panda_assets.pipeline.index import last_index
+    from p2panda_assets.pipeline.index import decoded_path
     from p2panda_assets.pipeline.spark import build_session
 
     with connect(url, autocommit=True) as conn:
-        found = last_index(build_session(), conn).decoded_path(build_session(), schema_id)
+        found = decoded_path(build_session(), conn, schema_id)
     assert found is not None
     return Path(found)
 
@@ -164,7 +164,7 @@ def decoded_path(url: str, schema_id: str) -> Path:
 @contextmanager
 def tampered_parquet(store: Store, schema_id: str, tamper) -> Iterator[None]:
     """The decoded Parquet rewritten by `tamper(table) -> table`, restored afterwards."""
-    path = decoded_path(store.url, schema_id)
+    path = local_decoded_path(store.url, schema_id)
     saved = path.with_name(path.name + ".saved")
     shutil.copytree(path, saved)
     table = pq.read_table(path)

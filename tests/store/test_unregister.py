@@ -28,6 +28,7 @@ from p2panda_assets.orchestration import SCHEMAS, add_partition
 from p2panda_assets.pipeline.columns import pg_type
 from p2panda_assets.store import tables
 from p2panda_assets.store.ingest import ingest
+from p2panda_assets.store.pipeline_state import drop_tables
 from p2panda_assets.store.registry import (
     RegistryRow,
     register,
@@ -234,7 +235,7 @@ def build_by_hand(conn: psycopg.Connection, notes: Notes) -> None:
             name=name,
         )
         tables.swap_schema(conn, outcome, stage, accounts, deleted, "by hand")
-        tables.drop_stages(conn, [accounts, deleted])
+        drop_tables(conn, [accounts, deleted])
         as_of = tables.Outcome(
             schema_id,
             "materialized",
