@@ -35,7 +35,7 @@ from p2panda_assets.pipeline.materialize import materialize_schemas
 from p2panda_assets.protocol.ids import checked_schema_id
 from p2panda_assets.store.catalog import stored_catalog
 from p2panda_assets.store.registry import schema_entry_count, shown_name_of
-from p2panda_assets.store.tables import SYSTEM_COLUMNS, registry_outcome
+from p2panda_assets.store.tables import SYSTEM_COLUMNS, registry_outcome, table_exists
 
 BATCH_TAG = "p2panda/batch"  # comma-separated schema ids built together with this one
 SCHEMA_TAG = "p2panda/schema"  # the schema's name, on every run of its family
@@ -166,7 +166,8 @@ def materialized_table(
 ):
     """The schema's PostgreSQL table, swapped in atomically, built together with the
     other schemas of its batch. A schema that waits for an upstream schema (or sits in
-    a relation cycle) yields no materialization; one whose build failed fails its run."""
+    a relation cycle) is materialized as waiting, with its reason and no table; one whose
+    build failed fails its run."""
     schema_id = checked_schema_id(context.partition_key)
     spark = pyspark.spark_session
     with postgres.connect() as conn:
@@ -179,23 +180,24 @@ def materialized_table(
         if outcome.status == "unchanged":
             outcome = registry_outcome(conn, schema_id)
         name = shown_name_of(conn, schema_id) or schema_id
+        standing = bool(outcome.table_name) and table_exists(conn, outcome.table_name)
     built = [o.schema_id for o in outcomes if o.status in ("materialized", "dropped")]
     if len(built) > 1 or (built and built != [schema_id]):
         context.log.info(f"built in one Spark job: {', '.join(built)}")
     if outcome.status == "waiting":
-        # No materialization (there is no new table); the asset's page shows why.
+        # Materialized as what it is: no table built, the reason and what it waits for.
+        # Dagster has no "waiting" state, and a partition a backfill targets that ends
+        # with no materialization ends the whole backfill as failed, which it is not.
         context.log.warning(f"{schema_id} waits: {outcome.reason}: {outcome.message}")
-        context.log_event(
-            dg.AssetObservation(
-                asset_key=context.asset_key,
-                partition=schema_id,
-                metadata={
-                    "schema_name": name,
-                    "status": "waiting",
-                    "waiting": f"{outcome.reason}: {outcome.message}",
-                    "upstream_schemas": dg.MetadataValue.json(list(outcome.upstream)),
-                },
-            )
+        yield dg.MaterializeResult(
+            metadata={
+                "schema_name": name,
+                "status": "waiting",
+                "waiting": f"{outcome.reason}: {outcome.message}",
+                "upstream_schemas": dg.MetadataValue.json(list(outcome.upstream)),
+                # The table an earlier build left stays as it was; most often there is none.
+                "table": outcome.table_name if standing else "none built",
+            }
         )
         return
     if outcome.status == "failed":

@@ -531,6 +531,15 @@ def table_matches_the_current_lens(
         return dg.AssetCheckResult(
             passed=True, description="no fields left: no table (dropped)", metadata=named_schema
         )
+    order = migration_plan.order
+    if schema_id not in order.order and not declared:
+        why = migration_plan.catalog.not_built(schema_id, order)
+        return dg.AssetCheckResult(
+            passed=False,
+            severity=dg.AssetCheckSeverity.WARN,
+            description=f"no table yet: the schema waits: {why.reason}: {why.message}",
+            metadata={**named_schema, "waiting": f"{why.reason}: {why.message}"},
+        )
     if not declared:
         return dg.AssetCheckResult(
             passed=False, description=f"table {table} does not exist", metadata=named_schema

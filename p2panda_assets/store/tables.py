@@ -294,3 +294,10 @@ def registry_outcome(conn: psycopg.Connection, schema_id: str) -> Outcome:
         description=row[8],
         migrations=dict(row[9] or {}),
     )
+
+
+def table_exists(conn: psycopg.Connection, table_name: str) -> bool:
+    """Whether a (schema-qualified) table is there: a pending schema keeps the table an
+    earlier build left, if any."""
+    row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table_name,)).fetchone()
+    return bool(row and row[0])

@@ -1,6 +1,6 @@
 """The asset family run by Dagster on a real instance and a real PostgreSQL: related
 schemas built upstream first equal the engine, metadata describes the tables written,
-a schema whose upstream is missing waits without a materialization, runs repeat without
+a schema whose upstream is missing is materialized as waiting (no table), runs repeat without
 change, and `panda materialize` / `panda status` drive it all from the command line.
 
 Each run of the job costs seconds of Spark: the corpora are tiny and the runs few."""
@@ -234,20 +234,31 @@ def test_related_schemas_materialize_upstream_first_as_the_engine_reduces_them(
         assert verified == [len(relations.pairs), 0, 0]  # each entry verified once, ever
 
 
-def test_a_schema_whose_upstream_is_not_registered_waits_without_a_materialization(
+def test_a_schema_whose_upstream_is_not_registered_waits_without_a_table(
     spark: SparkSession, store: psycopg.Connection
 ) -> None:
     """Dagster cannot make a partition wait for another partition of the same asset, so
-    the family itself records the wait: the run succeeds, `materialized_table` yields
-    nothing (output_required=False), and the registry says what the schema awaits."""
+    the family itself records the wait: the run succeeds, `materialized_table`'s
+    materialization says `waiting` with the reason and that no table was built, the table
+    check warns of the same, and the registry says what the schema awaits."""
     tag, note, pairs = orphan_corpus()
     ingest(store, pairs)
     register_all(store, [note.schema_id])
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(SCHEMAS, [note.schema_id])
         result = run_partition(instance, note.schema_id)
-        assert materializations(instance, "materialized_table", note.schema_id) == []
-        assert not result.asset_materializations_for_node("materialized_table")
+        assert result.success
+        (waits,) = materializations(instance, "materialized_table", note.schema_id)
+        assert waits.metadata["status"].value == "waiting"
+        assert waits.metadata["table"].value == "none built"
+        assert waits.metadata["waiting"].value.startswith(str(Reason.AWAITING_SCHEMA))
+        (check,) = [
+            e
+            for e in result.get_asset_check_evaluations()
+            if e.check_name == "table_matches_the_current_lens"
+        ]
+        assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN
+        assert "waits: awaiting-schema" in (check.description or "")
         plan = latest_metadata(instance, "migration_plan", note.schema_id)
         assert plan["waiting"].startswith(str(Reason.AWAITING_SCHEMA))
     status, message = registry_row(store, note.schema_id)
