@@ -35,6 +35,7 @@ from p2panda_assets.engine.corpus import (
 )
 from p2panda_assets.engine.relations import BuildOrder
 from p2panda_assets.errors import P2pandaError, Reason
+from p2panda_assets.failpoints import Failpoint, failpoint
 from p2panda_assets.pipeline.copy import ACCOUNT_COLUMNS, Target, copy_frame
 from p2panda_assets.pipeline.groups import Row, map_groups
 from p2panda_assets.pipeline.verify import current_warehouse, verify_new_entries
@@ -470,6 +471,7 @@ def _commit(
     stage = state_sql.stage_table(conn, "accounts", secrets.token_hex(6))
     try:
         copy_frame(accounts, url, Target.into(stage, (*ACCOUNT_COLUMNS, ("origin", "text"))))
+        failpoint(Failpoint.INDEXED)
         state_sql.commit_index(conn, logs, stage, run, fingerprint)
     except BaseException:
         state_sql.drop_tables(conn, [stage])

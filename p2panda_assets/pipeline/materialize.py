@@ -38,6 +38,7 @@ from p2panda_assets.engine.instances import Instance
 from p2panda_assets.engine.lens import Lens
 from p2panda_assets.engine.relations import BuildOrder, relation_target
 from p2panda_assets.errors import Reason
+from p2panda_assets.failpoints import Failpoint, failpoint
 from p2panda_assets.pipeline.columns import pg_type
 from p2panda_assets.pipeline.copy import ACCOUNT_COLUMNS, Target, copy_frame, copy_partitions
 from p2panda_assets.pipeline.groups import Row, map_groups
@@ -375,6 +376,7 @@ def _build(
             _write(
                 spark, conn, url, catalog, reduced, by_id, stages, accounts, deleted_stage, as_of
             )
+        failpoint(Failpoint.STAGED)
         for schema_id, outcome in by_id.items():
             if outcome.status == "failed":
                 continue

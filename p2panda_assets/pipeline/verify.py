@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from p2panda_assets.engine.corpus import check_record
+from p2panda_assets.failpoints import Failpoint, failpoint
 from p2panda_assets.pipeline.copy import ACCOUNT_COLUMNS, Target, copy_frame, copy_rows
 from p2panda_assets.pipeline.jdbc import read_partitioned
 from p2panda_assets.pipeline.warehouse import Warehouse, children, exists, remove, warehouse_root
@@ -141,6 +142,7 @@ def verify_new_entries(spark: SparkSession, conn: psycopg.Connection, url: str) 
         else:
             bounds = (state.verified_through + 1, high)
             _verify_in_spark(spark, url, query, new, bounds, path, index, accounts)
+        failpoint(Failpoint.VERIFIED)
         state_sql.commit_verification(conn, index, accounts, high, batch)
     except BaseException:
         state_sql.drop_tables(conn, [index, accounts])

@@ -16,6 +16,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from p2panda_assets.failpoints import Failpoint, failpoint
 from p2panda_assets.store.pipeline_state import UPSERT_ACCOUNTS, Stage
 from p2panda_assets.store.views import create_views, drop_views
 
@@ -129,6 +130,7 @@ def swap_schema(
             (outcome.schema_id,),
         )
         update_registry(conn, outcome, fingerprint)
+        failpoint(Failpoint.SWAPPING)
         create_views(conn)
 
 
