@@ -6,8 +6,11 @@ execute one at a time in the order they were launched; `max_concurrent_runs: 1` 
 dagster.yaml keeps the runs that wait in Dagster's queue (QUEUED), not in the worker's.
 
 Nothing is lost with the worker: a run it was given and did not finish is marked failed
-when it exits, with its exit code. Cancelling a run sets its status to CANCELING, which
-the worker's watcher turns into an interrupt.
+when it exits, with its exit code. Each run is tagged with the worker's process
+(`p2panda/pid`, `p2panda/host`), so a run whose worker died with the daemon is marked
+failed too: by the next daemon's run monitoring (`check_run_worker_health`, enabled in
+dagster.yaml), or by the next `panda materialize`. Cancelling a run sets its status to
+CANCELING, which the worker's watcher turns into an interrupt.
 
     run_launcher:
       module: p2panda_assets.resident.launcher
@@ -15,6 +18,7 @@ the worker's watcher turns into an interrupt.
 """
 
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -23,9 +27,15 @@ from typing import IO, Any, Self
 
 import dagster as dg
 from dagster._core.events import EngineEventData
-from dagster._core.launcher import LaunchRunContext, RunLauncher
+from dagster._core.launcher import (
+    CheckRunHealthResult,
+    LaunchRunContext,
+    RunLauncher,
+    WorkerStatus,
+)
 from dagster._serdes import ConfigurableClass, ConfigurableClassData, serialize_value
 
+from p2panda_assets.dead_runs import HOST_TAG, PID_TAG, process_alive
 from p2panda_assets.resident.protocol import NO_WARM_UP_ARG, REPORT_FD_ARG, finished_run
 
 
@@ -130,11 +140,29 @@ class ResidentRunLauncher(RunLauncher, ConfigurableClass):
             if self._worker is None or not self._worker.alive():
                 self._worker = _Worker(self._instance, self._warm_up)
             worker = self._worker
+        self._instance.add_run_tags(
+            run.run_id, {PID_TAG: str(worker.process.pid), HOST_TAG: socket.gethostname()}
+        )
         worker.hand(run.run_id)
         self._instance.report_engine_event(
             f"Handed to the resident run worker (pid: {worker.process.pid}).",
             run,
             EngineEventData(),
+        )
+
+    @property
+    def supports_check_run_worker_health(self) -> bool:
+        return True
+
+    def check_run_worker_health(self, run: dg.DagsterRun) -> CheckRunHealthResult:
+        """Whether the worker process the run was handed to is still there. A run of
+        another host, or one launched before runs were tagged, cannot be told: it counts
+        as running (Dagster fails every other answer)."""
+        pid, host = run.tags.get(PID_TAG, ""), run.tags.get(HOST_TAG)
+        if not pid.isdigit() or host != socket.gethostname() or process_alive(int(pid)):
+            return CheckRunHealthResult(WorkerStatus.RUNNING)
+        return CheckRunHealthResult(
+            WorkerStatus.FAILED, f"the resident run worker ({pid} on {host}) is gone"
         )
 
     def terminate(self, run_id: str) -> bool:
