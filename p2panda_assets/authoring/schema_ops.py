@@ -29,12 +29,12 @@ from p2panda_assets.engine.lens import EMPTY_LENS
 from p2panda_assets.engine.schema_log import SchemaHistory
 from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.jsonlines import read_entry_lines
+from p2panda_assets.protocol.ids import format_schema_id
 from p2panda_assets.protocol.messages import (
     SchemaMessage,
     SchemaMeta,
     SchemaMigration,
     SchemaRevert,
-    format_schema_id,
 )
 
 

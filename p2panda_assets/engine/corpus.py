@@ -37,6 +37,7 @@ from p2panda_assets.engine.schema_log import SchemaHistory, fold_schema_log
 from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.protocol.entry import Entry, decode_entry, verify_entry
 from p2panda_assets.protocol.hashing import DEFAULT_ALGORITHM
+from p2panda_assets.protocol.ids import format_schema_id
 from p2panda_assets.protocol.log import Rejection, validate_log
 from p2panda_assets.protocol.messages import (
     Create,
@@ -44,7 +45,6 @@ from p2panda_assets.protocol.messages import (
     SchemaHashRef,
     VersionedSchema,
     decode_message,
-    format_schema_id,
     is_schema_message,
 )
 

@@ -23,10 +23,10 @@ import struct
 from datetime import UTC, datetime, timedelta
 
 from p2panda_assets.errors import P2pandaError, Reason
+from p2panda_assets.protocol.ids import MAX_U64
 
 MAX_DEPTH = 16
-UINT64_MAX = 2**64 - 1
-NINT64_MIN = -(2**64)
+NINT64_MIN = -(MAX_U64 + 1)
 
 _U16 = struct.Struct(">H").unpack_from
 _U32 = struct.Struct(">I").unpack_from
@@ -350,7 +350,7 @@ def _encode(out: bytearray, value: object, depth: int) -> None:
     elif isinstance(value, str):
         _encode_text(out, value)
     elif isinstance(value, int):
-        if 0 <= value <= UINT64_MAX:
+        if 0 <= value <= MAX_U64:
             _head(out, 0, value)
         elif NINT64_MIN <= value < 0:
             _head(out, 1, -1 - value)

@@ -27,9 +27,10 @@ from p2panda_assets.engine.builder import CorpusBuilder, SchemaAuthor, create_fi
 from p2panda_assets.engine.corpus import reduce_corpus
 from p2panda_assets.errors import Reason
 from p2panda_assets.orchestration import JOB, SCHEMAS
+from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store.database import connect, ensure_schema
 from p2panda_assets.store.ingest import ingest
-from p2panda_assets.store.registry import parse_schema_id, register, table_name_for
+from p2panda_assets.store.registry import register, table_name_for
 from tests.pipeline.compare import engine_accounts, engine_tables, pg_accounts, pg_tables
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
