@@ -39,7 +39,13 @@ from p2panda_assets.engine.lens import Lens
 from p2panda_assets.engine.relations import BuildOrder, relation_target
 from p2panda_assets.errors import Reason
 from p2panda_assets.pipeline.columns import pg_type
-from p2panda_assets.pipeline.copy import ACCOUNT_COLUMNS, Target, copy_frame, copy_partitions
+from p2panda_assets.pipeline.copy import (
+    ACCOUNT_COLUMNS,
+    Target,
+    copy_frame,
+    copy_partitions,
+    copy_type,
+)
 from p2panda_assets.pipeline.groups import Row, map_groups
 from p2panda_assets.pipeline.index import IndexResult, account_rows, items_log
 from p2panda_assets.protocol.ids import checked_schema_id
@@ -71,7 +77,8 @@ REDUCED_ARROW = pa.schema(
         ("message", pa.string()),
     ]
 )
-SYSTEM_TYPES = ("text", "text", "int8", "numeric", "text")
+# The system columns as the binary COPY names their types, from the one table of them.
+SYSTEM_TYPES = tuple(copy_type(pg) for _, pg in tables.SYSTEM_COLUMNS)
 
 
 def ordered(schema_ids: Sequence[str], order: BuildOrder) -> list[str]:
