@@ -239,7 +239,7 @@ def _table_at(corpus: Corpus, schema_id: str, name: str, version: int, where: st
         )
     table = corpus.tables.get(schema_id)
     if table is None:
-        why = corpus.waiting.get(schema_id)
+        why = corpus.pending.get(schema_id)
         reason = why.reason if why else Reason.AWAITING_SCHEMA
         detail = why.message if why else "it is not built"
         raise P2pandaError(reason, f"{name} has no table from {where}: {detail}")

@@ -37,7 +37,7 @@ from p2panda_assets.engine.corpus import (
 from p2panda_assets.engine.instances import Instance
 from p2panda_assets.engine.lens import Lens
 from p2panda_assets.engine.relations import BuildOrder, relation_target
-from p2panda_assets.errors import Reason
+from p2panda_assets.errors import Reason, Rejection
 from p2panda_assets.pipeline.columns import pg_type
 from p2panda_assets.pipeline.copy import (
     ACCOUNT_COLUMNS,
@@ -49,7 +49,6 @@ from p2panda_assets.pipeline.copy import (
 from p2panda_assets.pipeline.groups import Row, map_groups
 from p2panda_assets.pipeline.index import IndexResult, account_rows, items_log
 from p2panda_assets.protocol.ids import checked_schema_id
-from p2panda_assets.protocol.log import Rejection
 from p2panda_assets.store import tables
 from p2panda_assets.store.pipeline_state import (
     Stage,
