@@ -17,6 +17,7 @@ from psycopg.rows import class_row
 
 from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.protocol.ids import AUTHOR_SIZE, MAX_U64, format_schema_id, parse_schema_id
+from p2panda_assets.statuses import SchemaStatus
 from p2panda_assets.store.views import lock_views, refresh_views
 
 DATA_SCHEMA = "p2panda_data"
@@ -140,13 +141,13 @@ def register(
             """
             INSERT INTO p2panda.schemas
                 (schema_id, author, log_id, registered_name, table_name, status)
-            VALUES (%s, %s, %s, %s, %s, 'registered')
+            VALUES (%s, %s, %s, %s, %s, %s)
             ON CONFLICT (schema_id) DO UPDATE
                 SET registered_name = coalesce(EXCLUDED.registered_name,
                                                p2panda.schemas.registered_name)
             RETURNING registered_name, xmax = 0
             """,
-            (schema_id, author, log_id, name, table_name),
+            (schema_id, author, log_id, name, table_name, SchemaStatus.REGISTERED.value),
         ).fetchone()
         refresh_views(conn)  # a name given or changed may claim or free a view
     assert row is not None

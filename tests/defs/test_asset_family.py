@@ -252,7 +252,7 @@ def test_a_schema_whose_upstream_is_not_registered_waits_without_a_materializati
         plan = latest_metadata(instance, "migration_plan", note.schema_id)
         assert plan["waiting"].startswith(str(Reason.AWAITING_SCHEMA))
     status, message = registry_row(store, note.schema_id)
-    assert status == "waiting"
+    assert status == "pending"
     assert message.startswith(str(Reason.AWAITING_SCHEMA)) and tag.schema_id in message
 
 

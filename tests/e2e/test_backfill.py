@@ -429,7 +429,7 @@ def backfill_and_sensor(
     def finished() -> bool:
         statuses = {sid: s[0] for sid, s in registry(run.url).items()}
         return (
-            statuses == {up: "materialized", down: "materialized", note: "waiting"}
+            statuses == {up: "materialized", down: "materialized", note: "pending"}
             and all(r.is_finished for r in instance.get_runs())
             and server.backfill(backfill_id)["status"] in ("COMPLETED_SUCCESS", "COMPLETED_FAILED")
         )
@@ -448,7 +448,7 @@ def check_end_state(url: str, expected: Corpus, corpus_story: Story) -> None:
     assert state[up][0] == "materialized" and state[down][0] == "materialized"
     assert state[down][2] == [up]  # its upstream schemas
     assert state[down][1] > state[up][1]  # materialized_at: mail's table after profile's
-    assert state[corpus_story.waiting][0] == "waiting"
+    assert state[corpus_story.waiting][0] == "pending"
 
 
 def check_order(instance: dg.DagsterInstance, backfill_id: str, corpus_story: Story) -> str:
