@@ -26,8 +26,9 @@ import psycopg
 
 from p2panda_assets.engine.schema_log import SchemaHistory
 from p2panda_assets.errors import P2pandaError, Reason
+from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store.catalog import load_catalog
-from p2panda_assets.store.registry import RegistryRow, parse_schema_id, registered_schemas
+from p2panda_assets.store.registry import RegistryRow, registered_schemas
 
 
 class Presence(StrEnum):

@@ -8,6 +8,7 @@ entry waits for, not that it is wrong.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 
@@ -102,3 +103,22 @@ class P2pandaError(Exception):
     def __reduce__(self) -> tuple[type[P2pandaError], tuple[Reason, str]]:
         # Keep the exception picklable (Spark ships it between processes).
         return (type(self), (self.reason, self.message))
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """A rejection as a value: the reason code and message of an entry or message that
+    is not applied (what a `P2pandaError` carries, once caught and recorded)."""
+
+    reason: Reason
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """Something that cannot be applied, resolved or built yet, as a value: the reason
+    code of what it waits for (`awaiting-*`; for a schema also `relation-cycle`) and a
+    message. It applies once that arrives."""
+
+    reason: Reason
+    message: str

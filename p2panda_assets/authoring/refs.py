@@ -18,16 +18,14 @@ from p2panda_assets.engine.schema_log import SchemaHistory, fold_schema_log
 from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.jsonlines import BadLine, read_entry_lines
 from p2panda_assets.protocol.entry import Entry, verify_entry
+from p2panda_assets.protocol.ids import AUTHOR_HEX, format_schema_id, read_typed_schema_id
 from p2panda_assets.protocol.log import validate_log
 from p2panda_assets.protocol.messages import (
     SchemaLogRef,
     SchemaRef,
     SchemaVersionRef,
     decode_message,
-    format_schema_id,
 )
-
-SCHEMA_ID = re.compile(r"(?P<author>[0-9a-fA-F]{64})-(?P<log>[0-9]+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,16 +67,9 @@ def local_history(author: bytes, record: LogRecord) -> SchemaHistory:
     return fold_schema_log(author, record.log_id, items)
 
 
-def parse_schema_id(text: str) -> tuple[bytes, int] | None:
-    match = SCHEMA_ID.fullmatch(text)
-    if match is None:
-        return None
-    return bytes.fromhex(match["author"]), int(match["log"])
-
-
 def find_schema(me: AuthorState, text: str, entries: Sequence[str] = ()) -> Schema:
     """The schema a user names: a local name, or a schema id (own or another author's)."""
-    parsed = parse_schema_id(text)
+    parsed = read_typed_schema_id(text)
     if parsed is None:
         record = me.schemas.get(text)
         if record is None:
@@ -131,7 +122,7 @@ def _ref_from_list(items: list[object]) -> SchemaRef:
     ok = (
         len(items) in (2, 3)
         and isinstance(items[0], str)
-        and re.fullmatch(r"[0-9a-fA-F]{64}", items[0]) is not None
+        and re.fullmatch(AUTHOR_HEX, items[0], re.IGNORECASE) is not None
         and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in items[1:])
     )
     if not ok:

@@ -29,12 +29,12 @@ from p2panda_assets.engine.lens import EMPTY_LENS
 from p2panda_assets.engine.schema_log import SchemaHistory
 from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.jsonlines import read_entry_lines
+from p2panda_assets.protocol.ids import format_schema_id
 from p2panda_assets.protocol.messages import (
     SchemaMessage,
     SchemaMeta,
     SchemaMigration,
     SchemaRevert,
-    format_schema_id,
 )
 
 
@@ -239,7 +239,7 @@ def _table_at(corpus: Corpus, schema_id: str, name: str, version: int, where: st
         )
     table = corpus.tables.get(schema_id)
     if table is None:
-        why = corpus.waiting.get(schema_id)
+        why = corpus.pending.get(schema_id)
         reason = why.reason if why else Reason.AWAITING_SCHEMA
         detail = why.message if why else "it is not built"
         raise P2pandaError(reason, f"{name} has no table from {where}: {detail}")

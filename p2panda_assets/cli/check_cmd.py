@@ -13,6 +13,7 @@ import json
 from typing import TYPE_CHECKING
 
 from p2panda_assets.errors import P2pandaError, Reason
+from p2panda_assets.protocol.ids import MAX_U64
 
 if TYPE_CHECKING:
     from p2panda_assets.coordination import CheckResult
@@ -57,6 +58,6 @@ def _report(result: CheckResult) -> int:
 
 def parse_version(text: str) -> int:
     """A schema version as a command names it: its entry's seq number."""
-    if not (text.isascii() and text.isdecimal()) or not 1 <= int(text) < 2**64:
+    if not (text.isascii() and text.isdecimal()) or not 1 <= int(text) <= MAX_U64:
         raise P2pandaError(Reason.BAD_VALUE, f"VERSION is a seq number 1..2^64-1, not {text!r}")
     return int(text)

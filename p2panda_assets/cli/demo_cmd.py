@@ -38,6 +38,7 @@ from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.home import ensure_home, p2panda_home, write_private_file
 from p2panda_assets.jsonlines import read_entry_lines
 from p2panda_assets.protocol.entry import decode_entry
+from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.protocol.keys import KeyPair
 from p2panda_assets.protocol.messages import (
     Create,
@@ -136,8 +137,8 @@ def serve(story: Path, author: Author) -> None:
     """The server's side: ingest, register, materialize (through Dagster)."""
     print(f"$ panda ingest {shlex.quote(str(story))}\n{_panda('ingest', str(story))}")
     for name in ("profile", "attachment", "slothmail"):
-        author_hex, log_id = author.schema_id(name).rsplit("-", 1)
-        _panda("register", author_hex, log_id, "--name", name)
+        key, log_id = parse_schema_id(author.schema_id(name))
+        _panda("register", key.hex(), str(log_id), "--name", name)
     print(f"$ panda materialize\n{_panda('materialize')}")
 
 

@@ -9,6 +9,7 @@ import argparse
 import sys
 
 from p2panda_assets.errors import P2pandaError, Reason
+from p2panda_assets.statuses import SchemaStatus
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -42,7 +43,7 @@ def run_materialize(args: argparse.Namespace) -> int:
             continue
         row = rows[schema_id]
         name = row.registered_name or row.name or "-"
-        detail = f"{row.rows or 0} rows" if row.status == "materialized" else row.status
+        detail = f"{row.rows or 0} rows" if row.status == SchemaStatus.MATERIALIZED else row.status
         if row.status_message:
             detail += f" ({row.status_message})"
         print(f"{schema_id}  {name}  version {row.version}  {detail}  {row.table_name}")

@@ -41,7 +41,7 @@ def run_preview(args: argparse.Namespace) -> int:
     schema_id = resolve_schema_id(args.schema, names, "is in the input")
     table = corpus.tables.get(schema_id)
     if table is None:
-        why = corpus.waiting.get(schema_id)
+        why = corpus.pending.get(schema_id)
         if why is not None:
             raise P2pandaError(why.reason, why.message)
         raise P2pandaError(Reason.AWAITING_SCHEMA, f"no schema {schema_id} in the input")

@@ -145,6 +145,7 @@ def _parse_log_id(text: str) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
+    from p2panda_assets.statuses import SchemaStatus
     from p2panda_assets.store.registry import status_rows, store_totals
 
     with open_store() as conn:
@@ -154,7 +155,7 @@ def run_status(args: argparse.Namespace) -> int:
     for line in totals_lines(totals):
         print(line)
     for row in rows:
-        if row.status in ("waiting", "failed") and row.status_message:
+        if row.status in (SchemaStatus.PENDING, SchemaStatus.FAILED) and row.status_message:
             print(f"{row.status} {row.schema_id}: {row.status_message}")
         if row.view_conflict:
             print(f"no view for {row.schema_id}: {row.view_conflict}")

@@ -14,6 +14,7 @@ from p2panda_assets.defs.assets import QUEUE_TAG
 from p2panda_assets.defs.resources import PostgresResource
 from p2panda_assets.errors import P2pandaError
 from p2panda_assets.pipeline.as_of import materialize_as_of
+from p2panda_assets.statuses import BuildStatus
 
 
 class AsOfVersion(dg.Config):
@@ -40,13 +41,13 @@ def build_version_table(
             )
     except P2pandaError as error:  # a reason code, for the UI and for `panda materialize`
         raise dg.Failure(error.message, metadata={"reason": str(error.reason)}) from error
-    if outcome.status in ("waiting", "failed"):
+    if outcome.status in (BuildStatus.PENDING, BuildStatus.FAILED):
         raise dg.Failure(outcome.message, metadata={"reason": str(outcome.reason)})
     context.log.info(f"{outcome.table_name}: {outcome.rows} rows at version {outcome.version}")
     return dg.Output(
         None,
         metadata={
-            "status": outcome.status,
+            "status": str(outcome.status),
             "table": outcome.table_name,
             "rows": outcome.rows,
             "version": outcome.version,

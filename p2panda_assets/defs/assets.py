@@ -7,14 +7,14 @@ first) and indexes the store: every log chained and assigned, the chained messag
 written to the columnar store by schema. The rest is per schema. Relations are ordered by
 the caller (`panda materialize`, the sensors): a partition cannot depend on another
 partition of the same asset, so a schema whose upstream is not materialized records
-that it waits instead of building a table.
+that it is pending instead of building a table.
 
 Many schemas in one Spark job: a run names the schemas it is built with (the tag
 `p2panda/batch`, which `panda materialize` and the sensors set, or the partitions of the
 backfill it belongs to). The first run of a batch builds every schema of the batch that
 is not up to date in one job, upstream first; the runs of the others find their table
 built from the same index and report it. Each partition's own run reports its own
-outcome: built, waiting (with its reason) or failed.
+outcome: built, pending (with its reason) or failed.
 """
 
 from dataclasses import dataclass
@@ -35,7 +35,8 @@ from p2panda_assets.pipeline.materialize import materialize_schemas
 from p2panda_assets.protocol.ids import checked_schema_id
 from p2panda_assets.store.catalog import stored_catalog
 from p2panda_assets.store.registry import schema_entry_count, shown_name_of
-from p2panda_assets.store.tables import SYSTEM_COLUMNS, registry_outcome, table_exists
+from p2panda_assets.statuses import BuildStatus
+from p2panda_assets.store.tables import BUILT, SYSTEM_COLUMNS, registry_outcome, table_exists
 
 BATCH_TAG = "p2panda/batch"  # comma-separated schema ids built together with this one
 SCHEMA_TAG = "p2panda/schema"  # the schema's name, on every run of its family
@@ -146,7 +147,7 @@ def migration_plan(context: dg.AssetExecutionContext, postgres: PostgresResource
         }
     if schema_id not in order.order:
         why = catalog.not_built(schema_id, order)
-        metadata["waiting"] = f"{why.reason}: {why.message}"
+        metadata["pending"] = f"{why.reason}: {why.message}"
     context.add_output_metadata(metadata)
     return MigrationPlan(schema_id, catalog, order)
 
@@ -165,8 +166,8 @@ def materialized_table(
     postgres: PostgresResource,
 ):
     """The schema's PostgreSQL table, swapped in atomically, built together with the
-    other schemas of its batch. A schema that waits for an upstream schema (or sits in
-    a relation cycle) is materialized as waiting, with its reason and no table; one whose
+    other schemas of its batch. A schema pending for an upstream schema (or in a
+    relation cycle) is materialized as pending, with its reason and no table; one whose
     build failed fails its run."""
     schema_id = checked_schema_id(context.partition_key)
     spark = pyspark.spark_session
@@ -177,30 +178,30 @@ def materialized_table(
             spark, conn, postgres.resolved_url(), index, sorted({schema_id, *batch})
         )
         outcome = next(o for o in outcomes if o.schema_id == schema_id)
-        if outcome.status == "unchanged":
+        if outcome.status is BuildStatus.UNCHANGED:
             outcome = registry_outcome(conn, schema_id)
         name = shown_name_of(conn, schema_id) or schema_id
         standing = bool(outcome.table_name) and table_exists(conn, outcome.table_name)
-    built = [o.schema_id for o in outcomes if o.status in ("materialized", "dropped")]
+    built = [o.schema_id for o in outcomes if o.status in BUILT]
     if len(built) > 1 or (built and built != [schema_id]):
         context.log.info(f"built in one Spark job: {', '.join(built)}")
-    if outcome.status == "waiting":
+    if outcome.status is BuildStatus.PENDING:
         # Materialized as what it is: no table built, the reason and what it waits for.
-        # Dagster has no "waiting" state, and a partition a backfill targets that ends
+        # Dagster has no "pending" state, and a partition a backfill targets that ends
         # with no materialization ends the whole backfill as failed, which it is not.
-        context.log.warning(f"{schema_id} waits: {outcome.reason}: {outcome.message}")
+        context.log.warning(f"{schema_id} is pending: {outcome.reason}: {outcome.message}")
         yield dg.MaterializeResult(
             metadata={
                 "schema_name": name,
-                "status": "waiting",
-                "waiting": f"{outcome.reason}: {outcome.message}",
+                "status": str(BuildStatus.PENDING),
+                "pending": f"{outcome.reason}: {outcome.message}",
                 "upstream_schemas": dg.MetadataValue.json(list(outcome.upstream)),
                 # The table an earlier build left stays as it was; most often there is none.
                 "table": outcome.table_name if standing else "none built",
             }
         )
         return
-    if outcome.status == "failed":
+    if outcome.status is BuildStatus.FAILED:
         raise dg.Failure(
             outcome.message, metadata={"reason": str(outcome.reason), "schema_name": name}
         )
@@ -208,7 +209,7 @@ def materialized_table(
     yield dg.MaterializeResult(
         metadata={
             "schema_name": name,
-            "status": outcome.status,
+            "status": str(outcome.status),
             "table": outcome.table_name,
             "dagster/row_count": outcome.rows,
             "version": outcome.version,

@@ -28,23 +28,22 @@ from p2panda_assets.engine.instances import (
     LogReduction,
     OwnerLookup,
     Resolved,
-    Waiting,
     reduce_log,
 )
 from p2panda_assets.engine.lens import Lens, Value
 from p2panda_assets.engine.relations import BuildOrder, HashIndex, build_order
 from p2panda_assets.engine.schema_log import SchemaHistory, fold_schema_log
-from p2panda_assets.errors import P2pandaError, Reason
+from p2panda_assets.errors import P2pandaError, Pending, Reason, Rejection
 from p2panda_assets.protocol.entry import Entry, decode_entry, verify_entry
 from p2panda_assets.protocol.hashing import DEFAULT_ALGORITHM
-from p2panda_assets.protocol.log import Rejection, validate_log
+from p2panda_assets.protocol.ids import format_schema_id
+from p2panda_assets.protocol.log import validate_log
 from p2panda_assets.protocol.messages import (
     Create,
     Message,
     SchemaHashRef,
     VersionedSchema,
     decode_message,
-    format_schema_id,
     is_schema_message,
 )
 
@@ -74,7 +73,9 @@ class Account:
     schema_id: str | None = None
 
     @classmethod
-    def of(cls, state: State, why: Rejection | P2pandaError, schema_id: str | None) -> Account:
+    def of(
+        cls, state: State, why: Rejection | Pending | P2pandaError, schema_id: str | None
+    ) -> Account:
         return cls(state, why.reason, why.message, schema_id)
 
 
@@ -178,7 +179,7 @@ class Assignment:
     """Which schema each instance log belongs to, or why none yet."""
 
     schema_of: dict[LogKey, str] = field(default_factory=dict)
-    waiting: dict[LogKey, Rejection] = field(default_factory=dict)  # schema not determinable
+    pending: dict[LogKey, Pending] = field(default_factory=dict)  # schema not determinable
     duplicate: dict[LogKey, str] = field(default_factory=dict)  # an author's second log
 
 
@@ -201,12 +202,12 @@ class Catalog:
             hash_index.update({entry_hash: (schema_id, seq) for seq, entry_hash, _ in log.items})
         return cls(histories, hash_index, registered)
 
-    def resolve(self, ref: VersionedSchema) -> Resolved | Waiting:
+    def resolve(self, ref: VersionedSchema) -> Resolved | Pending | Rejection:
         """The schema version a message names, or why it must wait (or is rejected)."""
         if isinstance(ref, SchemaHashRef):
             found = self.hash_index.get(ref.hash)
             if found is None:
-                return Waiting(
+                return Pending(
                     Reason.AWAITING_VERSION, f"schema version {ref.hash.hex()} is not known"
                 )
             schema_id, version = found
@@ -214,19 +215,17 @@ class Catalog:
             schema_id, version = ref.schema_id, ref.version
         history = self.histories.get(schema_id)
         if history is None:
-            return Waiting(Reason.AWAITING_SCHEMA, f"schema {schema_id} is not known")
+            return Pending(Reason.AWAITING_SCHEMA, f"schema {schema_id} is not known")
         if self.registered is not None and schema_id not in self.registered:
-            return Waiting(Reason.AWAITING_SCHEMA, f"schema {schema_id} is not registered")
+            return Pending(Reason.AWAITING_SCHEMA, f"schema {schema_id} is not registered")
         if version in history.versions:
             return Resolved(history, version)
         if version in history.rejected:
             why = history.rejected[version].reason
-            return Waiting(
-                Reason.REJECTED_VERSION,
-                f"version {version} of {schema_id} was rejected ({why})",
-                rejected=True,
+            return Rejection(
+                Reason.REJECTED_VERSION, f"version {version} of {schema_id} was rejected ({why})"
             )
-        return Waiting(Reason.AWAITING_VERSION, f"version {version} of {schema_id} is not known")
+        return Pending(Reason.AWAITING_VERSION, f"version {version} of {schema_id} is not known")
 
     def assign(self, summaries: dict[LogKey, LogSummary]) -> Assignment:
         """Give each instance log the schema its first schema-naming message names. An
@@ -239,13 +238,13 @@ class Catalog:
             if summary.is_schema:
                 continue
             if summary.first_ref is None:
-                assignment.waiting[key] = Rejection(
+                assignment.pending[key] = Pending(
                     Reason.UNKNOWN_INSTANCE, "no message names a schema"
                 )
                 continue
             schema_id = self._schema_named(summary.first_ref)
-            if isinstance(schema_id, Rejection):
-                assignment.waiting[key] = schema_id
+            if isinstance(schema_id, Pending):
+                assignment.pending[key] = schema_id
             elif (key[0], schema_id) in taken:
                 assignment.duplicate[key] = schema_id
             else:
@@ -253,25 +252,23 @@ class Catalog:
                 assignment.schema_of[key] = schema_id
         return assignment
 
-    def _schema_named(self, ref: VersionedSchema) -> str | Rejection:
+    def _schema_named(self, ref: VersionedSchema) -> str | Pending:
         if not isinstance(ref, SchemaHashRef):
             return ref.schema_id
         found = self.hash_index.get(ref.hash)
         if found is None:
-            return Rejection(
-                Reason.AWAITING_VERSION, f"schema version {ref.hash.hex()} is not known"
-            )
+            return Pending(Reason.AWAITING_VERSION, f"schema version {ref.hash.hex()} is not known")
         return found[0]
 
     def order(self) -> BuildOrder:
         return build_order(self.histories, self.registered, self.hash_index)
 
-    def not_built(self, schema_id: str, order: BuildOrder) -> Rejection:
+    def not_built(self, schema_id: str, order: BuildOrder) -> Pending:
         """Why the instance logs of a schema outside the build order wait."""
-        if schema_id in order.waiting:
-            return order.waiting[schema_id]
+        if schema_id in order.pending:
+            return order.pending[schema_id]
         known = "is not registered" if schema_id in self.histories else "is not known"
-        return Rejection(Reason.AWAITING_SCHEMA, f"schema {schema_id} {known}")
+        return Pending(Reason.AWAITING_SCHEMA, f"schema {schema_id} {known}")
 
     def schema_accounts(self, schema_id: str) -> Accounts:
         """Accounts of a schema log's entries: versions applied (superseded when a revert
@@ -341,7 +338,7 @@ def reduction_accounts(reduction: LogReduction, schema_id: str) -> Accounts:
     return accounts
 
 
-def waiting_accounts(log: ChainedLog, why: Rejection, schema_id: str | None) -> Accounts:
+def pending_accounts(log: ChainedLog, why: Pending, schema_id: str | None) -> Accounts:
     """A log whose schema cannot be built yet: its entries wait (or, if they do not even
     decode as instance messages, are rejected now)."""
     accounts: Accounts = {}
@@ -438,7 +435,7 @@ class Corpus:
     accounts: Accounts = field(default_factory=dict)  # entry hash -> account
     histories: dict[str, SchemaHistory] = field(default_factory=dict)
     tables: dict[str, Table] = field(default_factory=dict)
-    waiting: dict[str, Rejection] = field(default_factory=dict)  # schemas not built, why
+    pending: dict[str, Pending] = field(default_factory=dict)  # schemas not built, why
     duplicates: int = 0
 
     def counts(self, schema_id: str) -> dict[State, int]:
@@ -467,7 +464,7 @@ def reduce_corpus(
     assignment = catalog.assign(summaries)
     owners = {h: log.key for log in logs.values() for _, h, m in log.items if isinstance(m, Create)}
     built = catalog.order()
-    corpus.waiting.update(built.waiting)
+    corpus.pending.update(built.pending)
     by_schema: dict[str, list[ChainedLog]] = defaultdict(list)
     for key, schema_id in assignment.schema_of.items():
         by_schema[schema_id].append(logs[key])
@@ -484,9 +481,9 @@ def reduce_corpus(
         if schema_id not in corpus.tables:
             why = catalog.not_built(schema_id, built)
             for log in schema_logs:
-                corpus.accounts.update(waiting_accounts(log, why, schema_id))
-    for key, why in assignment.waiting.items():
-        corpus.accounts.update(waiting_accounts(logs[key], why, None))
+                corpus.accounts.update(pending_accounts(log, why, schema_id))
+    for key, why in assignment.pending.items():
+        corpus.accounts.update(pending_accounts(logs[key], why, None))
     for key, schema_id in assignment.duplicate.items():
         corpus.accounts.update(duplicate_log_accounts(logs[key], schema_id))
     for schema_id in catalog.histories:

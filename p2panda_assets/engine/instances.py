@@ -26,8 +26,7 @@ from p2panda_assets.engine.migrate import migrate_values
 from p2panda_assets.engine.schema_log import SchemaHistory
 from p2panda_assets.engine.validation import validates
 from p2panda_assets.engine.values import interpret
-from p2panda_assets.errors import P2pandaError, Reason
-from p2panda_assets.protocol.log import Rejection
+from p2panda_assets.errors import P2pandaError, Pending, Reason, Rejection
 from p2panda_assets.protocol.messages import (
     Create,
     Delete,
@@ -48,16 +47,9 @@ class Resolved:
     version: int
 
 
-@dataclass(frozen=True, slots=True)
-class Waiting:
-    """A reference that cannot be resolved yet (`awaiting-*`), or never (`rejected`)."""
-
-    reason: Reason
-    message: str
-    rejected: bool = False
-
-
-Resolver = Callable[[VersionedSchema], Resolved | Waiting]
+Resolver = Callable[[VersionedSchema], Resolved | Pending | Rejection]
+"""A versioned schema reference -> its version, or what it waits for, or why it never
+resolves (a rejected version)."""
 OwnerLookup = Callable[[bytes], tuple[bytes, int] | None]
 """Entry hash of a create message anywhere -> (author, log id) holding it (or None)."""
 
@@ -82,7 +74,7 @@ class Instance:
 class LogReduction:
     instances: dict[bytes, Instance] = field(default_factory=dict)
     rejected: dict[bytes, Rejection] = field(default_factory=dict)
-    pending: dict[bytes, Rejection] = field(default_factory=dict)  # with what it awaits
+    pending: dict[bytes, Pending] = field(default_factory=dict)  # with what it awaits
     deletes: list[bytes] = field(default_factory=list)  # applied delete entries
     # Messages held back for an instance that a delete then deleted: they never applied,
     # and never will change a row (a held create is the deleted instance's own message).
@@ -97,7 +89,7 @@ class _Hold:
     """An instance held back by its first pending message: what that awaits, and every
     message of the instance pending since, in log order."""
 
-    rejection: Rejection
+    pending: Pending
     entries: list[bytes] = field(default_factory=list)
     create: tuple[int, bytes] | None = None  # (seq, entry hash) of its create, if held
 
@@ -135,24 +127,26 @@ def reduce_log(
                     del holds[instance_id]
             elif hold is not None:
                 hold.entries.append(entry_hash)
-                reduction.pending[entry_hash] = hold.rejection
+                reduction.pending[entry_hash] = hold.pending
             else:
                 _apply(reduction, log, history, seq, entry_hash, message, resolve, owner_of)
-        except _Pending as pending:
+        except _HeldBack as held:
             if hold is None:
-                hold = holds[instance_id] = _Hold(pending.rejection)
+                hold = holds[instance_id] = _Hold(held.pending)
             hold.entries.append(entry_hash)
             if isinstance(message, Create):
                 hold.create = (seq, entry_hash)
-            reduction.pending[entry_hash] = pending.rejection
+            reduction.pending[entry_hash] = held.pending
         except P2pandaError as error:
             reduction.rejected[entry_hash] = Rejection(error.reason, error.message)
     return reduction
 
 
-class _Pending(Exception):
-    def __init__(self, rejection: Rejection) -> None:
-        self.rejection = rejection
+class _HeldBack(Exception):
+    """Raised with the `Pending` of a message that must wait (control flow only)."""
+
+    def __init__(self, pending: Pending) -> None:
+        self.pending = pending
 
 
 def _apply(
@@ -165,7 +159,7 @@ def _apply(
     resolve: Resolver,
     owner_of: OwnerLookup,
 ) -> None:
-    """Apply a create or an update (raises `_Pending` or `P2pandaError` if it does not)."""
+    """Apply a create or an update (raises `_HeldBack` or `P2pandaError` if it does not)."""
     version = _version_of(message, history, resolve)
     assert version is not None
     if isinstance(message, Create):
@@ -222,13 +216,13 @@ def _version_of(message: InstanceMessage, history: SchemaHistory, resolve: Resol
     if message.schema is None:
         return None
     resolved = resolve(message.schema)
-    if isinstance(resolved, Waiting):
-        if resolved.rejected:
-            raise P2pandaError(resolved.reason, resolved.message)
+    if isinstance(resolved, Rejection):
+        raise P2pandaError(resolved.reason, resolved.message)
+    if isinstance(resolved, Pending):
         if isinstance(message, Delete) and isinstance(message.schema, SchemaVersionRef):
             _same_schema(message.schema.schema_id, history)
             return None
-        raise _Pending(Rejection(resolved.reason, resolved.message))
+        raise _HeldBack(resolved)
     _same_schema(resolved.history.schema_id, history)
     if resolved.version in history.dead and not isinstance(message, Delete):
         raise P2pandaError(Reason.REVERTED_VERSION, f"version {resolved.version} was reverted")

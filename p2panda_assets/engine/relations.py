@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from p2panda_assets.engine.schema_log import SchemaHistory
-from p2panda_assets.errors import Reason
-from p2panda_assets.protocol.log import Rejection
+from p2panda_assets.errors import Pending, Reason
 from p2panda_assets.protocol.messages import SchemaHashRef, SchemaRef
 
 HashIndex = dict[bytes, tuple[str, int]]
@@ -23,7 +22,12 @@ HashIndex = dict[bytes, tuple[str, int]]
 class BuildOrder:
     order: list[str] = field(default_factory=list)  # upstream schemas first
     upstream: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    waiting: dict[str, Rejection] = field(default_factory=dict)
+    pending: dict[str, Pending] = field(default_factory=dict)
+
+    @property
+    def waiting(self) -> dict[str, Pending]:
+        """The old name of `pending`, kept only until defs/sensors.py uses the new one."""
+        return self.pending
 
 
 def relation_target(ref: SchemaRef, hash_index: HashIndex) -> str | None:
@@ -62,13 +66,13 @@ def build_order(
         deps[schema_id] = targets - {schema_id}
         result.upstream[schema_id] = tuple(sorted(targets))
         if unknown:
-            result.waiting[schema_id] = Rejection(
+            result.pending[schema_id] = Pending(
                 Reason.AWAITING_SCHEMA, f"relation to unknown schema version {unknown[0]}"
             )
     for cycle in _cycles(deps):
         path = " -> ".join([*cycle, cycle[0]])
         for schema_id in cycle:
-            result.waiting[schema_id] = Rejection(Reason.RELATION_CYCLE, f"relation cycle {path}")
+            result.pending[schema_id] = Pending(Reason.RELATION_CYCLE, f"relation cycle {path}")
     state: dict[str, bool] = {}  # schema id -> buildable, once decided
 
     def visit(schema_id: str) -> bool:
@@ -77,14 +81,14 @@ def build_order(
         if schema_id not in deps:  # unknown or unregistered upstream
             return False
         state[schema_id] = False  # provisional; cycles were reported above
-        if schema_id in result.waiting:
+        if schema_id in result.pending:
             return False
         for upstream in sorted(deps[schema_id]):
             if not visit(upstream):
                 why = "is not registered" if upstream in histories else "is not known"
-                if upstream in result.waiting:
-                    why = "is waiting"
-                result.waiting[schema_id] = Rejection(
+                if upstream in result.pending:
+                    why = "is pending"
+                result.pending[schema_id] = Pending(
                     Reason.AWAITING_SCHEMA, f"upstream schema {upstream} {why}"
                 )
                 return False

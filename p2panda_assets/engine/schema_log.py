@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from p2panda_assets.engine.conversion import ConversionFailed, convert_raw
 from p2panda_assets.engine.lens import EMPTY_LENS, FieldSpec, Lens, lens_from
 from p2panda_assets.engine.validation import compile_validation, validates
-from p2panda_assets.errors import P2pandaError, Reason
-from p2panda_assets.protocol.log import Rejection
+from p2panda_assets.errors import P2pandaError, Reason, Rejection
+from p2panda_assets.protocol.ids import format_schema_id
 from p2panda_assets.protocol.messages import (
     FieldChange,
     Message,
@@ -28,7 +28,6 @@ from p2panda_assets.protocol.messages import (
     SchemaMigration,
     SchemaRevert,
     check_field_name,
-    format_schema_id,
     is_schema_message,
 )
 

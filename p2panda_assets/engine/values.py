@@ -22,9 +22,8 @@ invalid (`invalid-value`); converting between types is `conversion.py`'s job.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from p2panda_assets.errors import P2pandaError, Reason
@@ -37,6 +36,12 @@ from p2panda_assets.protocol.fieldtypes import (
     FieldType,
 )
 from p2panda_assets.protocol.hashing import is_hash
+from p2panda_assets.protocol.timestamps import (
+    TIMESTAMP_TEXT,
+    NotATimestamp,
+    format_timestamp,
+    parse_timestamp,
+)
 
 Scalar = str | int | float | bytes | bool | datetime
 Value = Scalar | tuple[Scalar, ...] | None
@@ -45,15 +50,6 @@ Value = Scalar | tuple[Scalar, ...] | None
 NAN_TEXT = "NaN"
 INFINITY_TEXT = "Infinity"
 NEG_INFINITY_TEXT = "-Infinity"
-
-# ISO 8601 / RFC 3339 date-time; the UTC offset is mandatory (SPEC section 2).
-_TIMESTAMP_TEXT = re.compile(
-    r"(?P<year>[0-9]{4})-(?P<month>[0-9]{2})-(?P<day>[0-9]{2})[Tt ]"
-    r"(?P<hour>[0-9]{2}):(?P<minute>[0-9]{2}):(?P<second>[0-9]{2})"
-    r"(?:\.(?P<fraction>[0-9]{1,9}))?"
-    r"(?:(?P<zulu>[Zz])|(?P<sign>[+-])(?P<offset_hour>[0-9]{2})(?::?(?P<offset_minute>[0-9]{2}))?)",
-    re.ASCII,
-)
 
 
 # --- helpers shared with conversion -------------------------------------------------
@@ -84,44 +80,12 @@ def parse_timestamp_text(text: str) -> datetime:
     Digits finer than a microsecond must be zero: the value is never rounded.
     Raises `invalid-value` when there is no offset or a field is out of range.
     """
-    match = _TIMESTAMP_TEXT.fullmatch(text)
-    if match is None:
-        raise _invalid(BaseType.TIMESTAMP, text, "not ISO 8601 with a UTC offset")
-    fraction = match["fraction"] or ""
-    if fraction[6:].strip("0"):
-        raise _invalid(BaseType.TIMESTAMP, text, "finer than a microsecond")
     try:
-        moment = datetime(
-            int(match["year"]),
-            int(match["month"]),
-            int(match["day"]),
-            int(match["hour"]),
-            int(match["minute"]),
-            int(match["second"]),
-            int(fraction[:6].ljust(6, "0")),
-            tzinfo=_offset(match),
-        )
-        return moment.astimezone(UTC)
+        return parse_timestamp(text, TIMESTAMP_TEXT)
+    except NotATimestamp:
+        raise _invalid(BaseType.TIMESTAMP, text, "not ISO 8601 with a UTC offset") from None
     except (ValueError, OverflowError) as error:
         raise _invalid(BaseType.TIMESTAMP, text, str(error)) from None
-
-
-def _offset(match: re.Match[str]) -> timezone:
-    """The UTC offset of a parsed timestamp (`-00:00` is UTC too)."""
-    if match["zulu"]:
-        return UTC
-    minutes = int(match["offset_minute"] or 0)
-    if minutes > 59:
-        raise ValueError("offset minutes out of range")
-    total = int(match["offset_hour"]) * 60 + minutes
-    return timezone(timedelta(minutes=-total if match["sign"] == "-" else total))
-
-
-def format_timestamp(moment: datetime) -> str:
-    """ISO 8601 in UTC with `Z`; microseconds (6 digits) only when nonzero."""
-    if moment.utcoffset() is None:
-        raise ValueError("a timestamp value must be timezone-aware")
-    return moment.astimezone(UTC).replace(tzinfo=None).isoformat() + "Z"
 
 
 # --- interpret: raw CBOR value -> canonical value -----------------------------------

@@ -7,10 +7,13 @@ lens order: Spark resolves names case-insensitively and a field name is data.
 
 from __future__ import annotations
 
+from pyspark.sql import Column
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from p2panda_assets.engine.lens import Lens
 from p2panda_assets.protocol.fieldtypes import BaseType, FieldType
+from p2panda_assets.protocol.ids import parse_schema_id
 
 PG_TYPES = {
     BaseType.VARCHAR: "varchar(255)",
@@ -43,3 +46,10 @@ def pg_type(ftype: FieldType) -> str:
 def field_columns(lens: Lens) -> list[tuple[str, str, FieldType]]:
     """(internal column name, field name, type) per field, in lens order."""
     return [(f"f{i}", name, spec.type) for i, (name, spec) in enumerate(lens.items())]
+
+
+def is_schema_log(schema_id: str, author: str = "author", log_id: str = "log_id") -> Column:
+    """A Spark condition: the row's (`author`, `log_id`) columns are the log of `schema_id`
+    (read with `protocol.ids`, so the id's format is spelled there only)."""
+    key, log = parse_schema_id(schema_id)
+    return (F.lower(F.hex(author)) == key.hex()) & (F.col(log_id) == log)

@@ -30,11 +30,11 @@ from p2panda_assets.engine.corpus import (
     LogSummary,
     chain_log,
     duplicate_log_accounts,
+    pending_accounts,
     schema_id_of,
-    waiting_accounts,
 )
 from p2panda_assets.engine.relations import BuildOrder
-from p2panda_assets.errors import P2pandaError, Reason
+from p2panda_assets.errors import P2pandaError, Pending, Reason
 from p2panda_assets.failpoints import Failpoint, failpoint
 from p2panda_assets.pipeline.copy import ACCOUNT_COLUMNS, Target, copy_frame
 from p2panda_assets.pipeline.groups import Row, map_groups
@@ -49,13 +49,13 @@ from p2panda_assets.pipeline.warehouse import (
 )
 from p2panda_assets.protocol.entry import decode_entry
 from p2panda_assets.protocol.ids import parse_schema_id
-from p2panda_assets.protocol.log import Rejection
 from p2panda_assets.protocol.messages import (
     SchemaHashRef,
     SchemaVersionRef,
     VersionedSchema,
     decode_message,
 )
+from p2panda_assets.statuses import Assignment as LogAssignment
 from p2panda_assets.store import pipeline_state as state_sql
 from p2panda_assets.store.catalog import registered_schemas
 from p2panda_assets.store.catalog import stored_catalog as stored_catalog  # re-exported
@@ -323,27 +323,33 @@ def _schema_logs(spark: SparkSession, chained: DataFrame, keys: list[LogKey]) ->
     return [items_log(by_log[key]) for key in sorted(by_log)]
 
 
-# (schema the log's messages go with, or NO_SCHEMA; schema | assigned | duplicate | waiting)
-LogPlan = dict[LogKey, tuple[str, str, Rejection | None]]
+# (schema the log's messages go with, or NO_SCHEMA; its assignment; why it is pending)
+LogPlan = dict[LogKey, tuple[str, LogAssignment, Pending | None]]
 
 
 def _log_plan(summaries: dict[LogKey, LogSummary], assignment: Assignment) -> LogPlan:
     plan: LogPlan = {}
     for key, summary in summaries.items():
         if summary.is_schema:
-            plan[key] = (schema_id_of(key), "schema", None)
+            plan[key] = (schema_id_of(key), LogAssignment.SCHEMA, None)
         elif key in assignment.schema_of:
-            plan[key] = (assignment.schema_of[key], "assigned", None)
+            plan[key] = (assignment.schema_of[key], LogAssignment.ASSIGNED, None)
         elif key in assignment.duplicate:
-            plan[key] = (assignment.duplicate[key], "duplicate", None)
+            plan[key] = (assignment.duplicate[key], LogAssignment.DUPLICATE, None)
         else:
-            plan[key] = (NO_SCHEMA, "waiting", assignment.waiting.get(key))
+            plan[key] = (NO_SCHEMA, LogAssignment.PENDING, assignment.pending.get(key))
     return plan
 
 
 def _plan_frame(spark: SparkSession, plan: LogPlan) -> DataFrame:
     rows = [
-        (author, Decimal(log_id), schema, assignment, schema_id_of((author, log_id)) == schema)
+        (
+            author,
+            Decimal(log_id),
+            schema,
+            assignment.value,  # Spark takes a plain str, not a subclass
+            schema_id_of((author, log_id)) == schema,
+        )
         for (author, log_id), (schema, assignment, _) in plan.items()
     ]
     return spark.createDataFrame(
@@ -387,19 +393,19 @@ def _index_accounts(
     if schema_rows:
         frames.append(spark.createDataFrame(schema_rows, ACCOUNT_SPARK + ", origin string"))
     built = set(order.order)
-    waiting: dict[LogKey, tuple[str, str | None, str, str]] = {}
+    pending: dict[LogKey, tuple[str, str | None, str, str]] = {}
     for key, (schema, kind, why) in plan.items():
-        if kind == "waiting":
+        if kind is LogAssignment.PENDING:
             assert why is not None
-            waiting[key] = ("waiting", None, str(why.reason), why.message)
-        elif kind == "duplicate":
-            waiting[key] = ("duplicate", schema, "", "")
-        elif kind == "assigned" and schema not in built:
+            pending[key] = (LogAssignment.PENDING.value, None, str(why.reason), why.message)
+        elif kind is LogAssignment.DUPLICATE:
+            pending[key] = (LogAssignment.DUPLICATE.value, schema, "", "")
+        elif kind is LogAssignment.ASSIGNED and schema not in built:
             why = catalog.not_built(schema, order)
-            waiting[key] = ("waiting", schema, str(why.reason), why.message)
-    if waiting:
+            pending[key] = (LogAssignment.PENDING.value, schema, str(why.reason), why.message)
+    if pending:
         wanted = spark.createDataFrame(
-            [(a, Decimal(i), *v) for (a, i), v in waiting.items()],
+            [(a, Decimal(i), *v) for (a, i), v in pending.items()],
             "author binary, log_id decimal(20,0), plan string, plan_schema string, "
             "why_reason string, why_message string",
         )
@@ -408,25 +414,25 @@ def _index_accounts(
         )
         planned = items.join(F.broadcast(wanted), ["author", "log_id"])
         accounts = map_groups(
-            planned, ("author", "log_id"), ("seq",), _waiting_group, ACCOUNT_ARROW
+            planned, ("author", "log_id"), ("seq",), _pending_group, ACCOUNT_ARROW
         )
-        frames.append(accounts.withColumn("origin", F.lit("waiting")))
+        frames.append(accounts.withColumn("origin", F.lit("pending")))
     result = frames[0]
     for frame in frames[1:]:
         result = result.unionByName(frame)
     return result
 
 
-def _waiting_group(rows: list[Row]) -> list[Row]:
+def _pending_group(rows: list[Row]) -> list[Row]:
     log = items_log(rows)
     first = rows[0]
     schema_id: str | None = first["plan_schema"]  # type: ignore[assignment]
-    if first["plan"] == "duplicate":
+    if first["plan"] == LogAssignment.DUPLICATE:
         assert schema_id is not None
         accounts = duplicate_log_accounts(log, schema_id)
     else:
-        why = Rejection(Reason(first["why_reason"]), str(first["why_message"]))
-        accounts = waiting_accounts(log, why, schema_id)
+        why = Pending(Reason(str(first["why_reason"])), str(first["why_message"]))
+        accounts = pending_accounts(log, why, schema_id)
     return account_rows(accounts)
 
 
@@ -442,7 +448,7 @@ def log_rows(
 
 
 def _log_rows(summaries: dict[LogKey, LogSummary], plan: LogPlan) -> list[tuple[object, ...]]:
-    rows = []
+    rows: list[tuple[object, ...]] = []
     for key, summary in summaries.items():
         schema, kind, _ = plan[key]
         rows.append(
@@ -452,7 +458,7 @@ def _log_rows(summaries: dict[LogKey, LogSummary], plan: LogPlan) -> list[tuple[
                 summary.is_schema,
                 *ref_columns(summary.first_ref),
                 None if schema == NO_SCHEMA else schema,
-                kind,
+                kind.value,
             )
         )
     return rows

@@ -37,14 +37,20 @@ from p2panda_assets.engine.corpus import (
 from p2panda_assets.engine.instances import Instance
 from p2panda_assets.engine.lens import Lens
 from p2panda_assets.engine.relations import BuildOrder, relation_target
-from p2panda_assets.errors import Reason
+from p2panda_assets.errors import Pending, Reason
 from p2panda_assets.failpoints import Failpoint, failpoint
 from p2panda_assets.pipeline.columns import pg_type
-from p2panda_assets.pipeline.copy import ACCOUNT_COLUMNS, Target, copy_frame, copy_partitions
+from p2panda_assets.pipeline.copy import (
+    ACCOUNT_COLUMNS,
+    Target,
+    copy_frame,
+    copy_partitions,
+    copy_type,
+)
 from p2panda_assets.pipeline.groups import Row, map_groups
 from p2panda_assets.pipeline.index import IndexResult, account_rows, items_log
 from p2panda_assets.protocol.ids import checked_schema_id
-from p2panda_assets.protocol.log import Rejection
+from p2panda_assets.statuses import Assignment, BuildStatus
 from p2panda_assets.store import tables
 from p2panda_assets.store.pipeline_state import (
     Stage,
@@ -72,7 +78,8 @@ REDUCED_ARROW = pa.schema(
         ("message", pa.string()),
     ]
 )
-SYSTEM_TYPES = ("text", "text", "int8", "numeric", "text")
+# The system columns as the binary COPY names their types, from the one table of them.
+SYSTEM_TYPES = tuple(copy_type(pg) for _, pg in tables.SYSTEM_COLUMNS)
 
 
 def ordered(schema_ids: Sequence[str], order: BuildOrder) -> list[str]:
@@ -135,14 +142,14 @@ def _materialize(
         why = why_pending(conn, catalog, order, schema_id, set(ready))
         if why is not None:
             outcome.status, outcome.reason, outcome.message = (
-                "waiting",
+                BuildStatus.PENDING,
                 str(why.reason),
                 why.message,
             )
             if as_of is None:
                 tables.record_status(conn, outcome)
         elif built_from.get(schema_id) == index.fingerprint:
-            outcome.status = "unchanged"
+            outcome.status = BuildStatus.UNCHANGED
         else:
             ready.append(schema_id)
     if ready:
@@ -157,7 +164,7 @@ def _outcome(catalog: Catalog, order: BuildOrder, schema_id: str, as_of: int | N
     )
     outcome = Outcome(
         schema_id,
-        "materialized" if history is not None and history.lens else "dropped",
+        BuildStatus.MATERIALIZED if history is not None and history.lens else BuildStatus.DROPPED,
         table_name=table_name,
         upstream=order.upstream.get(schema_id, ()),
     )
@@ -179,7 +186,7 @@ def why_pending(
     order: BuildOrder,
     schema_id: str,
     built_before: set[str],
-) -> Rejection | None:
+) -> Pending | None:
     """Why the schema cannot be built now: not in the build order, or an upstream schema
     neither materialized nor built earlier in this run (the deleted set its cascades
     read would be missing)."""
@@ -188,7 +195,7 @@ def why_pending(
     others = [s for s in order.upstream.get(schema_id, ()) if s != schema_id]
     missing = sorted(set(others) - built_before - tables.materialized_schemas(conn, others))
     if missing:
-        return Rejection(
+        return Pending(
             Reason.AWAITING_SCHEMA, f"upstream schema {missing[0]} is not materialized yet"
         )
     return None
@@ -367,7 +374,8 @@ def _build(
         )
         if decoded is not None:
             items = decoded.filter(
-                F.col("schema").isin(schema_ids) & (F.col("assignment") == "assigned")
+                F.col("schema").isin(schema_ids)
+                & (F.col("assignment") == Assignment.ASSIGNED.value)
             )
             # Every row of every table, pickled: on disk, not in the JVM's heap.
             reduced = _reduce(_with_owners(items, decoded), broadcast).persist(
@@ -378,7 +386,7 @@ def _build(
             )
         failpoint(Failpoint.STAGED)
         for schema_id, outcome in by_id.items():
-            if outcome.status == "failed":
+            if outcome.status is BuildStatus.FAILED:
                 continue
             stage = stages.get(schema_id)
             try:
@@ -416,7 +424,7 @@ def _write(
     """Cascades, then the live rows, the accounts and the deleted sets into staging."""
     for row in reduced.filter(F.col("row_type") == "error").select("schema", "message").collect():
         _fail(conn, by_id[row["schema"]], f"reduction failed: {row['message']}", as_of)
-    ok = [s for s, o in by_id.items() if o.status != "failed"]
+    ok = [s for s, o in by_id.items() if o.status is not BuildStatus.FAILED]
     instances = reduced.filter((F.col("row_type") == "instance") & F.col("schema").isin(ok))
     deleted = _cascade(spark, conn, catalog, instances, ok)
     flagged = (
@@ -512,6 +520,7 @@ def database_error(error: psycopg.Error) -> str:
 
 def _fail(conn: psycopg.Connection, outcome: Outcome, message: str, as_of: int | None) -> None:
     """A schema whose build failed keeps its old table; its registry row says why."""
-    outcome.status, outcome.reason, outcome.message = "failed", str(Reason.INTERNAL), message
+    outcome.status, outcome.reason = BuildStatus.FAILED, str(Reason.INTERNAL)
+    outcome.message = message
     if as_of is None:
         tables.record_status(conn, outcome)

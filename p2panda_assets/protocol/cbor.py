@@ -18,15 +18,20 @@ insertion order, and datetimes as tag 0 RFC 3339 text in UTC.
 from __future__ import annotations
 
 import math
-import re
 import struct
 from datetime import UTC, datetime, timedelta
 
 from p2panda_assets.errors import P2pandaError, Reason
+from p2panda_assets.protocol.ids import MAX_U64
+from p2panda_assets.protocol.timestamps import (
+    DATE_TIME,
+    NotATimestamp,
+    format_timestamp,
+    parse_timestamp,
+)
 
 MAX_DEPTH = 16
-UINT64_MAX = 2**64 - 1
-NINT64_MIN = -(2**64)
+NINT64_MIN = -(MAX_U64 + 1)
 
 _U16 = struct.Struct(">H").unpack_from
 _U32 = struct.Struct(">I").unpack_from
@@ -39,13 +44,6 @@ _UNPACK_F32 = _F32.unpack_from
 _UNPACK_F64 = _F64.unpack_from
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-# RFC 3339 date-time. The offset may also be written without its colon (`+0000`), the form
-# SPEC section 2 uses for timestamp text. `re.ASCII` keeps `\d` to the digits 0-9.
-_DATE_TIME = re.compile(
-    r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[Zz]|[+-]\d{2}:?(?P<offset_minutes>\d{2}))",
-    re.ASCII,
-)
 
 
 # --------------------------------------------------------------------------- errors
@@ -73,17 +71,12 @@ def parse_date_time(text: str) -> datetime:
     microseconds are truncated (datetime's resolution); a leap second (`:60`) cannot be
     held by datetime and is rejected.
     """
-    match = _DATE_TIME.fullmatch(text)
-    if match is None:
+    try:
+        return parse_timestamp(text, DATE_TIME)
+    except NotATimestamp:
         raise P2pandaError(
             Reason.BAD_VALUE, f"not an RFC 3339 date-time with an offset: {text[:40]!r}"
-        )
-    offset_minutes = match.group("offset_minutes")
-    try:
-        if offset_minutes is not None and int(offset_minutes) > 59:
-            raise ValueError("offset minutes out of range")
-        # The regex has fixed the shape; fromisoformat does the calendar checks fast.
-        return datetime.fromisoformat(text.upper()).astimezone(UTC)
+        ) from None
     except (ValueError, OverflowError):
         raise P2pandaError(Reason.BAD_VALUE, f"date-time out of range: {text[:40]!r}") from None
 
@@ -93,18 +86,11 @@ def format_date_time(value: datetime) -> str:
     if value.tzinfo is None or value.utcoffset() is None:
         raise P2pandaError(Reason.BAD_VALUE, "a naive datetime names no instant; give a tzinfo")
     try:
-        utc = value.astimezone(UTC)
+        return format_timestamp(value)
     except OverflowError:
         raise P2pandaError(
             Reason.BAD_VALUE, "datetime out of range once converted to UTC"
         ) from None
-    text = (
-        f"{utc.year:04d}-{utc.month:02d}-{utc.day:02d}"
-        f"T{utc.hour:02d}:{utc.minute:02d}:{utc.second:02d}"
-    )
-    if utc.microsecond:
-        text += f".{utc.microsecond:06d}"
-    return text + "Z"
 
 
 def _tag0(content: object) -> datetime:
@@ -350,7 +336,7 @@ def _encode(out: bytearray, value: object, depth: int) -> None:
     elif isinstance(value, str):
         _encode_text(out, value)
     elif isinstance(value, int):
-        if 0 <= value <= UINT64_MAX:
+        if 0 <= value <= MAX_U64:
             _head(out, 0, value)
         elif NINT64_MIN <= value < 0:
             _head(out, 1, -1 - value)

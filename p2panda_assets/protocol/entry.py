@@ -76,7 +76,9 @@ def encode_unsigned(
 ) -> bytes:
     """Fields 1..8 of an entry: the bytes its signature covers."""
     if len(author) != PUBLIC_KEY_SIZE:
-        raise P2pandaError(Reason.BAD_VALUE, f"author must have 32 bytes, not {len(author)}")
+        raise P2pandaError(
+            Reason.BAD_VALUE, f"author must have {PUBLIC_KEY_SIZE} bytes, not {len(author)}"
+        )
     if seq_num < 1:
         raise P2pandaError(Reason.SEQ_ZERO, "seq num must be at least 1")
     if len(payload) > MAX_PAYLOAD_SIZE:

@@ -12,7 +12,10 @@ from p2panda_assets.errors import P2pandaError, Reason
 
 AUTHOR_SIZE = 32  # bytes of an ed25519 public key
 MAX_U64 = 2**64 - 1  # log ids and seq nums are varu64
-SCHEMA_ID = re.compile(r"([0-9a-f]{64})-(0|[1-9][0-9]{0,19})")
+AUTHOR_HEX = rf"[0-9a-f]{{{2 * AUTHOR_SIZE}}}"  # an author as a schema id spells it
+SCHEMA_ID = re.compile(rf"({AUTHOR_HEX})-(0|[1-9][0-9]{{0,19}})")
+# A schema id as a person may type it: hex digits in either case, leading zeros allowed.
+TYPED_SCHEMA_ID = re.compile(rf"({AUTHOR_HEX})-([0-9]+)", re.IGNORECASE)
 
 
 def format_schema_id(author: bytes, log_id: int) -> str:
@@ -26,6 +29,15 @@ def parse_schema_id(schema_id: str) -> tuple[bytes, int]:
         raise P2pandaError(
             Reason.BAD_VALUE, f"{schema_id!r} is not a schema id (<64 hex digits>-<log id>)"
         )
+    return bytes.fromhex(match[1]), int(match[2])
+
+
+def read_typed_schema_id(text: str) -> tuple[bytes, int] | None:
+    """(author, log id) of a schema id as a person typed it (`TYPED_SCHEMA_ID`), or None
+    when `text` is not one (then it is a name)."""
+    match = TYPED_SCHEMA_ID.fullmatch(text)
+    if match is None:
+        return None
     return bytes.fromhex(match[1]), int(match[2])
 
 

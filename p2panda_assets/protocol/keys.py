@@ -12,7 +12,9 @@ import nacl.bindings
 import nacl.exceptions
 import nacl.signing
 
-PUBLIC_KEY_SIZE = 32
+from p2panda_assets.protocol.ids import AUTHOR_SIZE
+
+PUBLIC_KEY_SIZE = AUTHOR_SIZE  # an author is its public key
 PRIVATE_KEY_SIZE = 32
 SIGNATURE_SIZE = 64
 

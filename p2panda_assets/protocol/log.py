@@ -21,15 +21,9 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from p2panda_assets.errors import Reason
+from p2panda_assets.errors import Reason, Rejection
 from p2panda_assets.protocol.entry import Entry
 from p2panda_assets.protocol.lipmaa import has_lipmaa_link, lipmaa
-
-
-@dataclass(frozen=True, slots=True)
-class Rejection:
-    reason: Reason
-    message: str
 
 
 @dataclass(slots=True)

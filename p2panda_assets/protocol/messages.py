@@ -25,9 +25,8 @@ from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.protocol.cbor import decode_cbor, encode_cbor
 from p2panda_assets.protocol.fieldtypes import FieldType
 from p2panda_assets.protocol.hashing import is_hash
+from p2panda_assets.protocol.ids import AUTHOR_SIZE, MAX_U64, format_schema_id
 
-UINT64_MAX = 2**64 - 1
-AUTHOR_SIZE = 32
 SCHEMA_NAME_MAX = 64
 FIELD_NAME_MAX_BYTES = 63
 
@@ -49,11 +48,6 @@ ACTIONS: tuple[str, ...] = get_args(Action)
 
 
 # --------------------------------------------------------------------------- schema refs
-
-
-def format_schema_id(author: bytes, log_id: int) -> str:
-    """A schema's id: `<author hex>-<log id>` (SPEC section 3). The one place it is spelled."""
-    return f"{author.hex()}-{log_id}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +241,7 @@ def _uint(value: object, where: str) -> int:
     """A CBOR uint: an int (not a bool) in 0 .. 2^64-1."""
     if type(value) is not int:
         raise _fail(Reason.BAD_TYPE, f"{where} must be an unsigned integer")
-    if not 0 <= value <= UINT64_MAX:
+    if not 0 <= value <= MAX_U64:
         raise _fail(Reason.BAD_VALUE, f"{where} must be in 0..2^64-1, not {value}")
     return value
 
@@ -264,7 +258,9 @@ def _author(value: object, where: str) -> bytes:
     if type(value) is not bytes:
         raise _fail(Reason.BAD_TYPE, f"{where} author must be a byte string")
     if len(value) != AUTHOR_SIZE:
-        raise _fail(Reason.BAD_VALUE, f"{where} author must be 32 bytes, not {len(value)}")
+        raise _fail(
+            Reason.BAD_VALUE, f"{where} author must be {AUTHOR_SIZE} bytes, not {len(value)}"
+        )
     return value
 
 

@@ -8,12 +8,11 @@ encoding and entry bytes stay canonical for hashing and signing.
 from __future__ import annotations
 
 from p2panda_assets.errors import P2pandaError, Reason
-
-U64_MAX = 2**64 - 1
+from p2panda_assets.protocol.ids import MAX_U64
 
 
 def encode_varu64(n: int) -> bytes:
-    if not 0 <= n <= U64_MAX:
+    if not 0 <= n <= MAX_U64:
         raise P2pandaError(Reason.BAD_VALUE, f"varu64 out of range: {n}")
     if n < 248:
         return bytes((n,))

@@ -44,7 +44,7 @@ CREATE TABLE IF NOT EXISTS p2panda.schemas (
     version         bigint,        -- current effective version
     version_hash    text,
     table_name      text NOT NULL, -- schema-qualified, usable in SQL as written
-    status          text NOT NULL, -- registered | materialized | waiting | dropped
+    status          text NOT NULL, -- registered | materialized | dropped | pending | failed
     status_message  text,
     rows            bigint,
     upstream        text[] NOT NULL DEFAULT '{}',
@@ -53,7 +53,7 @@ CREATE TABLE IF NOT EXISTS p2panda.schemas (
 );
 
 -- Where every entry ended (SPEC section 3, Accounting), written by the pipeline. `origin`
--- names the stage that decided it (verify, chain, schema, waiting, instance), so each
+-- names the stage that decided it (verify, chain, schema, pending, instance), so each
 -- stage replaces only its own rows.
 CREATE TABLE IF NOT EXISTS p2panda.accounts (
     hash      bytea PRIMARY KEY REFERENCES p2panda.entries (hash),
@@ -75,7 +75,7 @@ CREATE TABLE IF NOT EXISTS p2panda.logs (
     ref_version    numeric(20, 0),
     ref_hash       bytea,
     schema_id      text,
-    assignment     text NOT NULL,  -- schema | assigned | waiting | duplicate
+    assignment     text NOT NULL,  -- schema | assigned | pending | duplicate
     PRIMARY KEY (author, log_id)
 );
 CREATE INDEX IF NOT EXISTS logs_schema ON p2panda.logs (schema_id);
@@ -138,3 +138,9 @@ CREATE TABLE IF NOT EXISTS p2panda.pipeline_state (
 -- The index fingerprint a schema's table was built from: equal to the current one, the
 -- table is up to date and a run leaves it alone.
 ALTER TABLE p2panda.schemas ADD COLUMN IF NOT EXISTS built_fingerprint text;
+
+-- "Pending" is the one word for not-yet (statuses.py): rows written before it said
+-- 'waiting' (a schema's status, a log's assignment, the stage of an account).
+UPDATE p2panda.schemas SET status = 'pending' WHERE status = 'waiting';
+UPDATE p2panda.logs SET assignment = 'pending' WHERE assignment = 'waiting';
+UPDATE p2panda.accounts SET origin = 'pending' WHERE origin = 'waiting';

@@ -186,7 +186,7 @@ def commit_index(
     at this run's chained messages."""
     with conn.transaction():
         replace_logs(conn, logs)
-        conn.execute("DELETE FROM p2panda.accounts WHERE origin IN ('chain', 'schema', 'waiting')")
+        conn.execute("DELETE FROM p2panda.accounts WHERE origin IN ('chain', 'schema', 'pending')")
         conn.execute(
             sql.SQL(
                 "INSERT INTO p2panda.accounts (hash, schema_id, state, reason, message, origin)"

@@ -8,7 +8,6 @@ chosen by strangers, and not unique). Every identifier is composed with
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, fields, replace
 from datetime import datetime
 
@@ -17,17 +16,15 @@ from psycopg import sql
 from psycopg.rows import class_row
 
 from p2panda_assets.errors import P2pandaError, Reason
-from p2panda_assets.protocol.messages import format_schema_id
+from p2panda_assets.protocol.ids import AUTHOR_SIZE, MAX_U64, format_schema_id, parse_schema_id
+from p2panda_assets.statuses import SchemaStatus
 from p2panda_assets.store.views import lock_views, refresh_views
 
 DATA_SCHEMA = "p2panda_data"
-AUTHOR_SIZE = 32
-MAX_LOG_ID = 2**64 - 1
 MAX_NAME = 64
 TABLE_AUTHOR_CHARS = 32  # 128 bits of the author key: unique in practice, and it fits
 VERSIONS_SCHEMA = "p2panda_versions"
 VERSION_AUTHOR_CHARS = 16  # 64 bits, so that "_v<version>" fits in 63 bytes too
-_SCHEMA_ID = re.compile(r"([0-9a-f]{64})-(0|[1-9][0-9]{0,19})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,16 +103,6 @@ def schema_id_for(author: bytes, log_id: int) -> str:
     return format_schema_id(author, log_id)
 
 
-def parse_schema_id(schema_id: str) -> tuple[bytes, int]:
-    """(author, log id) of a schema id; `bad-value` if it is not one."""
-    match = _SCHEMA_ID.fullmatch(schema_id)
-    if match is None or int(match[2]) > MAX_LOG_ID:
-        raise P2pandaError(
-            Reason.BAD_VALUE, f"{schema_id!r} is not a schema id (<64 hex digits>-<log id>)"
-        )
-    return bytes.fromhex(match[1]), int(match[2])
-
-
 def table_name_for(schema_id: str) -> str:
     """`p2panda_data.s_<first 32 hex digits of the author>_<log id>`: lowercase, at most
     55 bytes, so usable in SQL unquoted and within PostgreSQL's 63-byte limit."""
@@ -154,13 +141,13 @@ def register(
             """
             INSERT INTO p2panda.schemas
                 (schema_id, author, log_id, registered_name, table_name, status)
-            VALUES (%s, %s, %s, %s, %s, 'registered')
+            VALUES (%s, %s, %s, %s, %s, %s)
             ON CONFLICT (schema_id) DO UPDATE
                 SET registered_name = coalesce(EXCLUDED.registered_name,
                                                p2panda.schemas.registered_name)
             RETURNING registered_name, xmax = 0
             """,
-            (schema_id, author, log_id, name, table_name),
+            (schema_id, author, log_id, name, table_name, SchemaStatus.REGISTERED.value),
         ).fetchone()
         refresh_views(conn)  # a name given or changed may claim or free a view
     assert row is not None
@@ -248,11 +235,11 @@ def _refuse_table_name_collision(conn: psycopg.Connection, schema_id: str, table
 def _check_author(author: bytes) -> None:
     if not isinstance(author, bytes) or len(author) != AUTHOR_SIZE:
         size = len(author) if isinstance(author, bytes | bytearray) else type(author).__name__
-        raise P2pandaError(Reason.BAD_VALUE, f"an author key has 32 bytes, not {size}")
+        raise P2pandaError(Reason.BAD_VALUE, f"an author key has {AUTHOR_SIZE} bytes, not {size}")
 
 
 def _check_log_id(log_id: int) -> None:
-    if isinstance(log_id, bool) or not isinstance(log_id, int) or not 0 <= log_id <= MAX_LOG_ID:
+    if isinstance(log_id, bool) or not isinstance(log_id, int) or not 0 <= log_id <= MAX_U64:
         raise P2pandaError(Reason.BAD_VALUE, f"a log id is an integer 0..2^64-1, not {log_id!r}")
 
 

@@ -17,8 +17,12 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from p2panda_assets.failpoints import Failpoint, failpoint
+from p2panda_assets.statuses import BuildStatus, SchemaStatus
 from p2panda_assets.store.pipeline_state import UPSERT_ACCOUNTS, Stage
 from p2panda_assets.store.views import create_views, drop_views
+
+# The registry statuses of a schema whose table step ran (it has its table, or none is due).
+BUILT = (SchemaStatus.MATERIALIZED, SchemaStatus.DROPPED)
 
 SYSTEM_COLUMNS = (  # (name, type); all NOT NULL, `_instance_id` the primary key
     ("_instance_id", "text"),
@@ -32,13 +36,13 @@ SYSTEM_COLUMNS = (  # (name, type); all NOT NULL, `_instance_id` the primary key
 @dataclass(slots=True)
 class Outcome:
     """What one materialization did, for the registry, the CLI and Dagster metadata.
-    `status`: materialized | dropped (the lens has no field) | waiting | failed |
+    `status`: materialized | dropped (the lens has no field) | pending | failed |
     unchanged (nothing new since the table was built)."""
 
     schema_id: str
-    status: str
+    status: BuildStatus
     message: str = ""
-    reason: str | None = None  # a reason code, for waiting and failed
+    reason: str | None = None  # a reason code, for pending and failed
     rows: int = 0
     version: int | None = None
     version_hash: str | None = None
@@ -201,13 +205,13 @@ def update_registry(conn: psycopg.Connection, outcome: Outcome, fingerprint: str
             outcome.description,
             Jsonb(outcome.migrations),
             outcome.table_name,
-            outcome.status,
+            str(outcome.status),
             _status_message(outcome),
             list(outcome.upstream),
             outcome.schema_id,
         ),
     )
-    if outcome.status not in ("materialized", "dropped"):
+    if outcome.status not in BUILT:
         return
     conn.execute(
         """
@@ -245,8 +249,8 @@ def built_fingerprints(conn: psycopg.Connection, schema_ids: Sequence[str]) -> d
     """The index fingerprint each schema's current table was built from."""
     rows = conn.execute(
         "SELECT schema_id, built_fingerprint FROM p2panda.schemas WHERE schema_id = ANY(%s)"
-        " AND status IN ('materialized', 'dropped') AND built_fingerprint IS NOT NULL",
-        (list(schema_ids),),
+        " AND status = ANY(%s) AND built_fingerprint IS NOT NULL",
+        (list(schema_ids), [s.value for s in BUILT]),
     )
     return {schema_id: fingerprint for schema_id, fingerprint in rows}
 
@@ -255,9 +259,9 @@ def materialized_schemas(conn: psycopg.Connection, schema_ids: Sequence[str]) ->
     """Which of `schema_ids` have a table (or were dropped) that dependents can rely on."""
     rows = conn.execute(
         "SELECT schema_id FROM p2panda.schemas WHERE schema_id = ANY(%s)"
-        " AND (status IN ('materialized', 'dropped')"
-        "      OR (status = 'failed' AND version IS NOT NULL))",  # it keeps its old table
-        (list(schema_ids),),
+        " AND (status = ANY(%s)"
+        "      OR (status = %s AND version IS NOT NULL))",  # it keeps its old table
+        (list(schema_ids), [s.value for s in BUILT], SchemaStatus.FAILED.value),
     )
     return {schema_id for (schema_id,) in rows}
 
@@ -285,7 +289,7 @@ def registry_outcome(conn: psycopg.Connection, schema_id: str) -> Outcome:
     status, rows, version, version_hash, table, upstream, fallbacks = row[:7]
     return Outcome(
         schema_id,
-        status,
+        BuildStatus(status),
         rows=int(rows or 0),
         version=version,
         version_hash=version_hash,

@@ -27,8 +27,9 @@ import psycopg
 from psycopg import sql
 
 from p2panda_assets.errors import P2pandaError, Reason
+from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store.pipeline_state import hold_pipeline_lock, release_pipeline_lock
-from p2panda_assets.store.registry import parse_schema_id, table_identifier
+from p2panda_assets.store.registry import table_identifier
 from p2panda_assets.store.views import create_views, drop_views, lock_views
 
 

@@ -227,6 +227,6 @@ def test_the_whole_story_is_accounted_for_with_nothing_pending(keyed: Run, story
     corpus = corpus_of(story["out"])
     states = {a.state for a in corpus.accounts.values()}
     assert states <= {State.APPLIED, State.SUPERSEDED}
-    assert not corpus.waiting
+    assert not corpus.pending
     assert corpus.histories[story["slothmail"]].name == "slothmail"
     assert sorted(corpus.histories[story["slothmail"]].versions) == [1, 2, 3, 4]

@@ -16,11 +16,12 @@ import psycopg
 from p2panda_assets.engine.corpus import Catalog, chain_log, check_record
 from p2panda_assets.pipeline.index import log_rows
 from p2panda_assets.protocol.entry import decode_entry
+from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.protocol.message_index import message_index
 from p2panda_assets.store import pipeline_state as state_sql
 from p2panda_assets.store.catalog import registered_schemas
 from p2panda_assets.store.ingest import ingest
-from p2panda_assets.store.registry import parse_schema_id, register
+from p2panda_assets.store.registry import register
 
 
 def publish(conn: psycopg.Connection, pairs: list[tuple[bytes, bytes]]) -> None:

@@ -27,9 +27,10 @@ from p2panda_assets.engine.builder import CorpusBuilder, SchemaAuthor, create_fi
 from p2panda_assets.engine.corpus import reduce_corpus
 from p2panda_assets.errors import Reason
 from p2panda_assets.orchestration import JOB, SCHEMAS
+from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store.database import connect, ensure_schema
 from p2panda_assets.store.ingest import ingest
-from p2panda_assets.store.registry import parse_schema_id, register, table_name_for
+from p2panda_assets.store.registry import register, table_name_for
 from tests.pipeline.compare import engine_accounts, engine_tables, pg_accounts, pg_tables
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
@@ -249,20 +250,20 @@ def test_a_schema_whose_upstream_is_not_registered_waits_without_a_table(
         result = run_partition(instance, note.schema_id)
         assert result.success
         (waits,) = materializations(instance, "materialized_table", note.schema_id)
-        assert waits.metadata["status"].value == "waiting"
+        assert waits.metadata["status"].value == "pending"
         assert waits.metadata["table"].value == "none built"
-        assert waits.metadata["waiting"].value.startswith(str(Reason.AWAITING_SCHEMA))
+        assert waits.metadata["pending"].value.startswith(str(Reason.AWAITING_SCHEMA))
         (check,) = [
             e
             for e in result.get_asset_check_evaluations()
             if e.check_name == "table_matches_the_current_lens"
         ]
         assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN
-        assert "waits: awaiting-schema" in (check.description or "")
+        assert "is pending: awaiting-schema" in (check.description or "")
         plan = latest_metadata(instance, "migration_plan", note.schema_id)
-        assert plan["waiting"].startswith(str(Reason.AWAITING_SCHEMA))
+        assert plan["pending"].startswith(str(Reason.AWAITING_SCHEMA))
     status, message = registry_row(store, note.schema_id)
-    assert status == "waiting"
+    assert status == "pending"
     assert message.startswith(str(Reason.AWAITING_SCHEMA)) and tag.schema_id in message
 
 

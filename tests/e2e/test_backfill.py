@@ -329,7 +329,7 @@ def tables_built(instance: dg.DagsterInstance, partition: str, backfill_id: str)
     built = []
     for record in records:
         status = record.asset_materialization.metadata["status"].value
-        if status == "waiting":
+        if status == "pending":
             continue  # a materialization that says no table was built
         run = instance.get_run_by_id(record.run_id)
         assert run is not None
@@ -432,7 +432,7 @@ def backfill_and_sensor(
     def finished() -> bool:
         statuses = {sid: s[0] for sid, s in registry(run.url).items()}
         return (
-            statuses == {up: "materialized", down: "materialized", note: "waiting"}
+            statuses == {up: "materialized", down: "materialized", note: "pending"}
             and all(r.is_finished for r in instance.get_runs())
             and server.backfill(backfill_id)["status"] in ("COMPLETED_SUCCESS", "COMPLETED_FAILED")
         )
@@ -454,7 +454,7 @@ def check_end_state(url: str, expected: Corpus, corpus_story: Story) -> None:
     assert state[up][0] == "materialized" and state[down][0] == "materialized"
     assert state[down][2] == [up]  # its upstream schemas
     assert state[down][1] > state[up][1]  # materialized_at: mail's table after profile's
-    assert state[corpus_story.waiting][0] == "waiting"
+    assert state[corpus_story.waiting][0] == "pending"
 
 
 def check_order(instance: dg.DagsterInstance, backfill_id: str, corpus_story: Story) -> str:
@@ -488,7 +488,7 @@ def check_order(instance: dg.DagsterInstance, backfill_id: str, corpus_story: St
         dg.AssetRecordsFilter(dg.AssetKey("materialized_table"), asset_partitions=[note]),
         limit=10,
     ).records
-    reasons = [r.asset_materialization.metadata["waiting"].value for r in notes]
+    reasons = [r.asset_materialization.metadata["pending"].value for r in notes]
     assert reasons and all(r.startswith("awaiting-schema:") for r in reasons), reasons
     checked = instance.event_log_storage.get_asset_check_execution_history(
         dg.AssetCheckKey(dg.AssetKey("materialized_table"), "table_matches_the_current_lens"),
@@ -500,7 +500,7 @@ def check_order(instance: dg.DagsterInstance, backfill_id: str, corpus_story: St
         evaluation = execution.evaluation
         assert evaluation is not None and not evaluation.passed
         assert evaluation.severity == dg.AssetCheckSeverity.WARN
-        assert "waits: awaiting-schema" in (evaluation.description or "")
+        assert "is pending: awaiting-schema" in (evaluation.description or "")
     first = by_backfill[0].run_id
     logged = [
         e.message

@@ -272,7 +272,7 @@ def test_a_schema_waits_for_the_schema_it_relates_to(corpus) -> None:
     profile, mail = relation_pair(corpus, cascade=False)
     result = reduce_corpus(corpus.pairs, registered={mail.schema_id})
     assert mail.schema_id not in result.tables
-    assert result.waiting[mail.schema_id].reason is Reason.AWAITING_SCHEMA
+    assert result.pending[mail.schema_id].reason is Reason.AWAITING_SCHEMA
     result = reduce_corpus(corpus.pairs, registered={mail.schema_id, profile.schema_id})
     assert mail.schema_id in result.tables
 
@@ -285,9 +285,9 @@ def test_a_relation_cycle_is_reported_not_looped_on(corpus) -> None:
     c = corpus.author(1).schema(42, "c")
     c.migrate(create_field("to_a", "relation", schema=a.log_ref))
     result = reduce_corpus(corpus.pairs)
-    assert result.waiting[a.schema_id].reason is Reason.RELATION_CYCLE
-    assert result.waiting[b.schema_id].reason is Reason.RELATION_CYCLE
-    assert result.waiting[c.schema_id].reason is Reason.AWAITING_SCHEMA
+    assert result.pending[a.schema_id].reason is Reason.RELATION_CYCLE
+    assert result.pending[b.schema_id].reason is Reason.RELATION_CYCLE
+    assert result.pending[c.schema_id].reason is Reason.AWAITING_SCHEMA
     assert not result.tables
 
 

@@ -27,7 +27,7 @@ SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 
 
 def snapshot(result: Corpus) -> tuple:
-    """Everything observable: tables (values compared with NaN == NaN), accounts, waiting."""
+    """Everything observable: tables (values compared with NaN == NaN), accounts, pending."""
 
     def same(value: object) -> object:
         return "NaN" if isinstance(value, float) and math.isnan(value) else value
@@ -39,7 +39,7 @@ def snapshot(result: Corpus) -> tuple:
         ]
         for schema_id, table in result.tables.items()
     }
-    return tables, result.accounts, result.waiting
+    return tables, result.accounts, result.pending
 
 
 def interleave(pairs: list[tuple[bytes, bytes]], rnd: Random) -> list[tuple[bytes, bytes]]:

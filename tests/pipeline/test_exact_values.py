@@ -18,9 +18,10 @@ from p2panda_assets.engine.corpus import reduce_corpus
 from p2panda_assets.engine.values import to_json
 from p2panda_assets.pipeline.run import run_pipeline
 from p2panda_assets.protocol.fieldtypes import FieldType
+from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store.database import connect, ensure_schema
 from p2panda_assets.store.ingest import ingest
-from p2panda_assets.store.registry import parse_schema_id, register, table_name_for
+from p2panda_assets.store.registry import register, table_name_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 

@@ -13,9 +13,10 @@ from hypothesis import strategies as st
 from p2panda_assets.engine.corpus import reduce_corpus
 from p2panda_assets.pipeline import verify
 from p2panda_assets.pipeline.run import run_pipeline
+from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store.database import connect, ensure_schema
 from p2panda_assets.store.ingest import ingest
-from p2panda_assets.store.registry import parse_schema_id, register
+from p2panda_assets.store.registry import register
 from tests.pipeline.compare import engine_accounts, engine_tables, pg_accounts, pg_tables
 from tests.strategies import corpora
 

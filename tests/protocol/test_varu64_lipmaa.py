@@ -7,8 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from p2panda_assets.errors import P2pandaError, Reason
+from p2panda_assets.protocol.ids import MAX_U64
 from p2panda_assets.protocol.lipmaa import has_lipmaa_link, lipmaa
-from p2panda_assets.protocol.varu64 import U64_MAX, decode_varu64, encode_varu64
+from p2panda_assets.protocol.varu64 import decode_varu64, encode_varu64
 
 
 @pytest.mark.parametrize(
@@ -54,12 +55,12 @@ def test_varu64_truncated_is_truncated() -> None:
 
 
 def test_varu64_refuses_to_encode_out_of_range() -> None:
-    for n in (-1, U64_MAX + 1):
+    for n in (-1, MAX_U64 + 1):
         with pytest.raises(P2pandaError):
             encode_varu64(n)
 
 
-@given(st.integers(min_value=0, max_value=U64_MAX))
+@given(st.integers(min_value=0, max_value=MAX_U64))
 def test_varu64_round_trips(n: int) -> None:
     encoded = encode_varu64(n)
     assert decode_varu64(encoded) == (n, len(encoded))

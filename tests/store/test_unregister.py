@@ -26,6 +26,7 @@ from p2panda_assets.engine.corpus import Row, reduce_corpus
 from p2panda_assets.errors import Reason
 from p2panda_assets.orchestration import SCHEMAS, add_partition
 from p2panda_assets.pipeline.columns import pg_type
+from p2panda_assets.statuses import BuildStatus
 from p2panda_assets.store import tables
 from p2panda_assets.store.ingest import ingest
 from p2panda_assets.store.pipeline_state import drop_tables
@@ -227,7 +228,7 @@ def build_by_hand(conn: psycopg.Connection, notes: Notes) -> None:
         )
         outcome = tables.Outcome(
             schema_id,
-            "materialized",
+            BuildStatus.MATERIALIZED,
             rows=len(table.rows),
             version=latest.seq,
             version_hash=latest.hash.hex(),
@@ -238,7 +239,7 @@ def build_by_hand(conn: psycopg.Connection, notes: Notes) -> None:
         drop_tables(conn, [accounts, deleted])
         as_of = tables.Outcome(
             schema_id,
-            "materialized",
+            BuildStatus.MATERIALIZED,
             rows=len(table.rows),
             version=2,
             version_hash=table.history.versions[2].hash.hex(),
@@ -525,9 +526,9 @@ def test_a_schema_others_relate_to_is_only_unregistered_with_force(
     assert views(conn) == ["mail"]
     assert has_partition(mail)
 
-    assert materialized(conn, database_url, spark) == {mail: "waiting"}
+    assert materialized(conn, database_url, spark) == {mail: "pending"}
     row = registry_row(conn, mail)
-    assert row.status == "waiting"
+    assert row.status == "pending"
     assert row.status_message == (
         f"{Reason.AWAITING_SCHEMA}: upstream schema {profile} is not registered"
     )

@@ -16,7 +16,8 @@ from p2panda_assets.engine.corpus import Catalog, chain_log
 from p2panda_assets.engine.lens import FieldSpec, lens_from
 from p2panda_assets.protocol.entry import decode_entry
 from p2panda_assets.protocol.fieldtypes import FieldType
-from p2panda_assets.protocol.messages import SchemaHashRef, SchemaLogRef, format_schema_id
+from p2panda_assets.protocol.ids import format_schema_id
+from p2panda_assets.protocol.messages import SchemaHashRef, SchemaLogRef
 from p2panda_assets.store.database import connect
 from p2panda_assets.store.registry import register, table_identifier, table_name_for
 from p2panda_assets.store.views import (
