@@ -2,8 +2,6 @@
 `ingest_seq`), only those. What each rebuild covers is `engine.readiness.entries_scope`'s
 decision."""
 
-from __future__ import annotations
-
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass

@@ -3,8 +3,6 @@ requests a schema's family when it is registered, and again when it stops being 
 for its relations (or when an upstream it cascades from was rebuilt after it). What to
 build is `engine.readiness.build_key`'s decision."""
 
-from __future__ import annotations
-
 import hashlib
 from collections.abc import Mapping
 

@@ -2,8 +2,6 @@
 the reverted one. Which schemas are rebuilt is `engine.readiness.revert_fan_out`'s
 decision."""
 
-from __future__ import annotations
-
 from dataclasses import replace
 
 import dagster as dg
