@@ -24,11 +24,6 @@ class BuildOrder:
     upstream: dict[str, tuple[str, ...]] = field(default_factory=dict)
     pending: dict[str, Pending] = field(default_factory=dict)
 
-    @property
-    def waiting(self) -> dict[str, Pending]:
-        """The old name of `pending`, kept only until defs/sensors.py uses the new one."""
-        return self.pending
-
 
 def relation_target(ref: SchemaRef, hash_index: HashIndex) -> str | None:
     """The schema id a relation names (None: a version hash not known yet)."""

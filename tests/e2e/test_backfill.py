@@ -122,7 +122,7 @@ class Story:
     pairs: list[tuple[bytes, bytes]]
     upstream: str  # profile
     downstream: str  # mail: `to` is a cascade relation to profile
-    waiting: str  # note: relates to tag, which is never registered
+    pending: str  # note: relates to tag, which is never registered
 
 
 def story() -> Story:
@@ -357,7 +357,7 @@ def wait(what: str, done: Callable[[], bool], run: DaemonScenario, timeout: floa
 
 def test_a_ui_backfill_of_related_schemas_builds_them_in_relation_order() -> None:
     corpus_story = story()
-    up, down, note = corpus_story.upstream, corpus_story.downstream, corpus_story.waiting
+    up, down, note = corpus_story.upstream, corpus_story.downstream, corpus_story.pending
     assert sorted([up, down, note]) == [note, down, up]  # naively, the wrong order
     expected = reduce_corpus(corpus_story.pairs, {up, down})
     assert expected.tables[down].upstream == (up,)
@@ -399,7 +399,7 @@ def ingest_and_register(run: DaemonScenario, corpus_story: Story) -> None:
     )
     panda("ingest", str(story_file))
     named = (
-        (corpus_story.waiting, "note"),
+        (corpus_story.pending, "note"),
         (corpus_story.downstream, "mail"),
         (corpus_story.upstream, "profile"),
     )
@@ -420,7 +420,7 @@ def backfill_and_sensor(
     """Once the daemon has submitted the backfill's runs, the registration sensor is
     switched on; then until both schemas are materialized, no run is left, and the
     backfill is over."""
-    up, down, note = corpus_story.upstream, corpus_story.downstream, corpus_story.waiting
+    up, down, note = corpus_story.upstream, corpus_story.downstream, corpus_story.pending
 
     def submitted() -> bool:
         runs = instance.get_runs(filters=dg.RunsFilter(tags={BACKFILL_TAG: backfill_id}))
@@ -454,7 +454,7 @@ def check_end_state(url: str, expected: Corpus, corpus_story: Story) -> None:
     assert state[up][0] == "materialized" and state[down][0] == "materialized"
     assert state[down][2] == [up]  # its upstream schemas
     assert state[down][1] > state[up][1]  # materialized_at: mail's table after profile's
-    assert state[corpus_story.waiting][0] == "pending"
+    assert state[corpus_story.pending][0] == "pending"
 
 
 def check_order(instance: dg.DagsterInstance, backfill_id: str, corpus_story: Story) -> str:
@@ -464,7 +464,7 @@ def check_order(instance: dg.DagsterInstance, backfill_id: str, corpus_story: St
     the two has one materialization, from its own backfill run; note's materializations
     say it waits and for what (no table), and its table check warns of the same. Returns
     what happened, for the output."""
-    up, down, note = corpus_story.upstream, corpus_story.downstream, corpus_story.waiting
+    up, down, note = corpus_story.upstream, corpus_story.downstream, corpus_story.pending
     runs = list(instance.get_runs())
     origins = {r.run_id: origin(r, backfill_id) for r in runs}
     assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs), [

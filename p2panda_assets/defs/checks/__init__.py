@@ -1,0 +1,41 @@
+"""Asset checks: what each partition's data must look like, whatever wrote it.
+
+- `decoded_messages_match_their_model` (`decoded`, blocking): a pandera (pyspark) model
+  of the decoded Parquet; a bad decoded set stops before the plan and the table.
+- `table_matches_the_current_lens` (`table`, blocking): a pandera model derived from the
+  migration plan's current lens, over the PostgreSQL table, plus the table's column types
+  as PostgreSQL declares them (Spark reads varchar and text alike).
+- `entries_are_accounted` (`accounting`): applied + superseded + pending + rejected = the
+  stored entries of the schema's logs, each accounted exactly once (SPEC section 3,
+  Accounting).
+
+The pandera building blocks (`Tally`, findings as lines) are in `tally`; the SQL the
+checks run is in `store.accounting` and `store.columns`.
+"""
+
+from p2panda_assets.defs.checks.accounting import accounting, entries_are_accounted
+from p2panda_assets.defs.checks.decoded import KINDS, decoded_messages_match_their_model
+from p2panda_assets.defs.checks.table import (
+    declaration_problems,
+    expected_pg_types,
+    table_matches_the_current_lens,
+)
+from p2panda_assets.defs.checks.tally import ROWS, Tally, check_result, summarize, validate
+
+checks = [decoded_messages_match_their_model, table_matches_the_current_lens, entries_are_accounted]
+
+__all__ = [
+    "KINDS",
+    "ROWS",
+    "Tally",
+    "accounting",
+    "check_result",
+    "checks",
+    "declaration_problems",
+    "decoded_messages_match_their_model",
+    "entries_are_accounted",
+    "expected_pg_types",
+    "summarize",
+    "table_matches_the_current_lens",
+    "validate",
+]

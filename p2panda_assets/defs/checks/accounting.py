@@ -1,0 +1,72 @@
+"""`entries_are_accounted`: applied + superseded + pending + rejected = the stored entries
+of the schema's logs, each accounted exactly once (SPEC section 3, Accounting)."""
+
+from typing import Any
+
+import dagster as dg
+import psycopg
+
+from p2panda_assets.defs.assets import materialized_table
+from p2panda_assets.defs.partitions import schemas
+from p2panda_assets.defs.resources import PostgresResource
+from p2panda_assets.engine.corpus import State
+from p2panda_assets.protocol.ids import checked_schema_id
+from p2panda_assets.store.accounting import account_totals, accounts_by_state
+from p2panda_assets.store.registry import shown_name_of
+
+
+def accounting(conn: psycopg.Connection, schema_id: str) -> tuple[list[str], dict[str, Any]]:
+    """Problems with the schema's accounts, and the counts behind them.
+
+    Stored entries of the schema are those of its logs (its own, and the instance logs the
+    index assigned to it). Entries not verified yet (no verdict: ingested after the last
+    index step) are not expected to be accounted and are only counted.
+    """
+    totals = account_totals(conn, schema_id)
+    by_state = {str(state): 0 for state in State}
+    by_reason: dict[str, int] = {}
+    for state, reason, count in accounts_by_state(conn, schema_id):
+        by_state[state] += count
+        if state == State.REJECTED:
+            by_reason[reason or "unknown"] = by_reason.get(reason or "unknown", 0) + count
+    lines = []
+    if sum(by_state.values()) != totals.stored:
+        lines.append(
+            f"{' + '.join(by_state)} = {sum(by_state.values())}, "
+            f"but {totals.stored} verified entries are stored for the schema"
+        )
+    if totals.missing:
+        lines.append(f"{totals.missing} stored entries of the schema's logs have no account")
+    if totals.elsewhere:
+        lines.append(
+            f"{totals.elsewhere} entries of the schema's logs are accounted to another schema"
+        )
+    if totals.foreign:
+        lines.append(f"{totals.foreign} accounts of the schema are for entries not on its logs")
+    counts = {
+        "stored": totals.stored,
+        "unverified": totals.unverified,
+        **by_state,
+        "rejected_by_reason": dg.MetadataValue.json(dict(sorted(by_reason.items()))),
+    }
+    return lines, counts
+
+
+@dg.asset_check(
+    asset=materialized_table,
+    partitions_def=schemas,
+    description="Every stored entry of the schema's logs is accounted exactly once: applied "
+    "+ superseded + pending + rejected = stored entries (SPEC section 3, Accounting).",
+)
+def entries_are_accounted(
+    context: dg.AssetCheckExecutionContext, postgres: PostgresResource
+) -> dg.AssetCheckResult:
+    schema_id = checked_schema_id(context.partition_key)
+    with postgres.connect() as conn:
+        lines, counts = accounting(conn, schema_id)
+        name = shown_name_of(conn, schema_id) or schema_id
+    return dg.AssetCheckResult(
+        passed=not lines,
+        description="ok" if not lines else "; ".join(lines),
+        metadata={"schema_name": name, **counts},
+    )

@@ -1,0 +1,149 @@
+"""`decoded_messages_match_their_model` (blocking): a pandera (pyspark) model of the
+decoded Parquet; a bad decoded set stops before the plan and the table."""
+
+import dagster as dg
+import pandera.pyspark as pa
+from dagster_pyspark import PySparkResource
+from pandera.api.pyspark.types import PySparkDtypeInputTypes
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from p2panda_assets.defs.assets import decoded_messages
+from p2panda_assets.defs.checks.tally import ROWS, Tally, check_result, summarize, validate
+from p2panda_assets.defs.partitions import schemas
+from p2panda_assets.defs.resources import PostgresResource
+from p2panda_assets.pipeline.index import decoded_path
+from p2panda_assets.protocol.hashing import HashAlgorithm
+from p2panda_assets.protocol.ids import AUTHOR_SIZE, checked_schema_id, parse_schema_id
+from p2panda_assets.protocol.messages import INSTANCE_MESSAGE_TYPES, SCHEMA_MESSAGE_TYPES
+from p2panda_assets.statuses import Assignment
+from p2panda_assets.store.registry import shown_name_of
+
+KINDS = tuple(t.kind for t in (*SCHEMA_MESSAGE_TYPES, *INSTANCE_MESSAGE_TYPES))
+HASH_SIZES = tuple(sorted(len(a.value) + a.digest_size for a in HashAlgorithm))  # header + digest
+ASSIGNMENTS = tuple(a.value for a in Assignment)
+
+
+def decoded_model(schema_id: str, tally: Tally) -> pa.DataFrameSchema:
+    """The decoded Parquet of one schema (`pipeline.decoded.DECODED_SPARK`): pandera
+    checks the types and the column set; every value check is counted by `tally`."""
+    author, log_id = parse_schema_id(schema_id)
+    decimal = T.DecimalType(20, 0)
+    own_log = (F.lower(F.hex("author")) == author.hex()) & (F.col("log_id") == log_id)
+
+    def column(
+        name: str, dtype: PySparkDtypeInputTypes, nullable: bool, *checks: pa.Check
+    ) -> pa.Column:
+        # Nullability is a counted check too: pandera's own is one job per column.
+        required = [] if nullable else [tally.not_null(name)]
+        return pa.Column(dtype, nullable=True, checks=[*required, *checks])
+
+    def at_least(name: str, low: int) -> pa.Check:
+        return tally.column(
+            name, f"greater_than_or_equal_to({low})", f">= {low}", lambda c: c < low
+        )
+
+    return pa.DataFrameSchema(
+        {
+            "author": column(
+                "author",
+                T.BinaryType(),
+                False,
+                tally.column(
+                    "author",
+                    f"author_is_{AUTHOR_SIZE}_bytes",
+                    f"author keys have {AUTHOR_SIZE} bytes",
+                    lambda c: F.length(c) != AUTHOR_SIZE,
+                ),
+            ),
+            "log_id": column("log_id", decimal, False, at_least("log_id", 0)),
+            "seq": column("seq", decimal, False, at_least("seq", 1)),
+            "hash": column(
+                "hash",
+                T.BinaryType(),
+                False,
+                tally.column(
+                    "hash",
+                    f"hash_is_{'_or_'.join(map(str, HASH_SIZES))}_bytes",
+                    f"entry hashes have {' or '.join(map(str, HASH_SIZES))} bytes",
+                    lambda c: ~F.length(c).isin(*HASH_SIZES),
+                ),
+            ),
+            "is_schema_log": column("is_schema_log", T.BooleanType(), False),
+            "kind": column(
+                "kind",
+                T.StringType(),
+                True,
+                tally.column(
+                    "kind",
+                    f"isin({list(KINDS)})",
+                    f"one of the {len(KINDS)} kinds",
+                    lambda c: ~c.isin(*KINDS),
+                ),
+            ),
+            "schema_version": column(
+                "schema_version", decimal, True, at_least("schema_version", 1)
+            ),
+            "error": column("error", T.StringType(), True),
+            "payload": column("payload", T.BinaryType(), False),
+            "instance": column("instance", T.BinaryType(), True),
+            "assignment": column(
+                "assignment",
+                T.StringType(),
+                False,
+                tally.column(
+                    "assignment",
+                    f"isin({list(ASSIGNMENTS)})",
+                    "the log's own schema, assigned to it, pending, or a duplicate log",
+                    lambda c: ~c.isin(*ASSIGNMENTS),
+                ),
+            ),
+        },
+        checks=[
+            tally.rows(
+                "kind_xor_error",
+                "a message has a kind, or an error when its payload does not decode",
+                F.col("kind").isNull() == F.col("error").isNull(),
+                ("kind", "error"),
+            ),
+            tally.rows(
+                "schema_log_is_the_schemas",
+                "is_schema_log exactly for the entries of the schema's own log",
+                F.col("is_schema_log") != own_log,
+                ("is_schema_log", "author", "log_id"),
+            ),
+            tally.unique("hash_unique", "each entry appears once", ["hash"]),
+            tally.unique(
+                "entry_unique", "one row per (author, log_id, seq)", ["author", "log_id", "seq"]
+            ),
+        ],
+        strict=True,
+        name=f"decoded_messages {schema_id}",
+    )
+
+
+@dg.asset_check(
+    asset=decoded_messages,
+    blocking=True,
+    partitions_def=schemas,
+    description="The decoded Parquet matches its pandera model: hashes of 34 or 66 bytes, "
+    "seq >= 1, a kind of the six unless the payload did not decode (then an error), one "
+    "row per entry.",
+)
+def decoded_messages_match_their_model(
+    context: dg.AssetCheckExecutionContext, pyspark: PySparkResource, postgres: PostgresResource
+) -> dg.AssetCheckResult:
+    schema_id = checked_schema_id(context.partition_key)
+    spark = pyspark.spark_session
+    with postgres.connect() as conn:
+        path = decoded_path(spark, conn, schema_id)
+        name = shown_name_of(conn, schema_id) or schema_id
+    if path is None:
+        return dg.AssetCheckResult(
+            passed=True, description="no decoded messages", metadata={"schema_name": name}
+        )
+    frame = spark.read.parquet(path)
+    tally = Tally()
+    lines = summarize(validate(frame, decoded_model(schema_id, tally)))
+    metadata = {"schema_name": name, "rows": tally.count(frame, ROWS)}
+    return check_result(lines, tally.findings, metadata)

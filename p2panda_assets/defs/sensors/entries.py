@@ -1,0 +1,191 @@
+"""`schema_entries_sensor`: requests a rebuild of the schemas new entries concern (by
+`ingest_seq`), only those. What each rebuild covers is `engine.readiness.entries_scope`'s
+decision."""
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Self
+
+import dagster as dg
+import psycopg
+
+from p2panda_assets.defs.resources import PostgresResource
+from p2panda_assets.defs.sensors.cursors import EntryCursor
+from p2panda_assets.defs.sensors.requests import (
+    FAMILY,
+    SCOPES,
+    batched,
+    load_relations,
+    pipeline_sensor,
+    queued_selections,
+    request,
+    skip_reason,
+)
+from p2panda_assets.engine.readiness import Relations, Scope, entries_scope
+from p2panda_assets.protocol.message_index import message_index
+from p2panda_assets.store.feed import (
+    FreshLog,
+    LogAssignment,
+    LogKey,
+    feed,
+    first_payloads,
+    log_assignments,
+    registry,
+    schema_of_hashes,
+    writers,
+)
+
+PEEK_ENTRIES = 64  # entries read from the start of a log not yet assigned to a schema
+
+
+def read_new_entries(
+    conn: psycopg.Connection, cursor: EntryCursor, now: float | None = None
+) -> tuple[list[FreshLog], EntryCursor]:
+    """The logs with entries the cursor has not seen, and the cursor past them."""
+    now = time.time() if now is None else now
+    active = writers(conn)  # before the snapshot: a writer seen here may commit into it
+    found = feed(conn, cursor.seq, cursor.holes, now)
+    return found.logs, EntryCursor.past(found, active, now)
+
+
+@dataclass
+class Route:
+    """Why a schema is concerned by new entries, and their ingest_seq range."""
+
+    own_log: bool
+    first: int
+    last: int
+
+    def widen(self, log: FreshLog, own_log: bool) -> Self:
+        return type(self)(
+            self.own_log or own_log, min(self.first, log.first), max(self.last, log.last)
+        )
+
+
+def route_entries(
+    conn: psycopg.Connection, fresh: list[FreshLog], registered: set[str]
+) -> dict[str, Route]:
+    """The registered schemas new entries concern, without verifying them (the index
+    step does that, once). A log is routed to:
+
+    - the schema it is the log of (its id is the schema id): a schema change;
+    - the schema the index assigned it to (`p2panda.logs.schema_id`);
+    - for a log the index has not assigned (new, or pending for its schema): the schemas
+      its first reference names (as indexed) and that the payloads of its first
+      `PEEK_ENTRIES` entries name: a log is assigned to the schema its first message
+      names, so this is where it will go. The payloads are only read, never trusted: a
+      forged one costs one needless rebuild, and its entry is rejected by the index.
+
+    A log that names no registered schema concerns no table: its entries are verified and
+    accounted by the next run of any schema.
+    """
+    routes: dict[str, Route] = {}
+
+    def add(schema_id: str | None, log: FreshLog, own_log: bool = False) -> None:
+        if schema_id is not None and schema_id in registered:
+            old = routes.get(schema_id)
+            routes[schema_id] = (
+                Route(own_log, log.first, log.last) if old is None else old.widen(log, own_log)
+            )
+
+    unassigned = []
+    assigned = log_assignments(conn, [log.key for log in fresh])
+    for log in fresh:
+        found = assigned.get(log.key)
+        if log.schema_id in registered:
+            add(log.schema_id, log, own_log=True)
+        elif found is not None and found.schema_id is not None:
+            add(found.schema_id, log)
+        else:
+            unassigned.append(log)
+    named = _named_schemas(conn, unassigned, assigned)
+    for log in unassigned:
+        for schema_id in named.get(log.key, ()):
+            add(schema_id, log)
+    return routes
+
+
+def _named_schemas(
+    conn: psycopg.Connection, logs: list[FreshLog], assigned: Mapping[LogKey, LogAssignment]
+) -> dict[LogKey, set[str]]:
+    """Per log, the schema ids its indexed first reference and its first payloads name."""
+    ids: dict[LogKey, set[str]] = {}
+    hashes: dict[LogKey, set[bytes]] = {}
+    for log in logs:
+        found = assigned.get(log.key)
+        ref = None if found is None else found.ref_schema_id
+        ref_hash = None if found is None else found.ref_hash
+        ids[log.key] = {ref} if ref else set()
+        hashes[log.key] = {ref_hash} if ref_hash else set()
+    for key, payload in first_payloads(conn, [log.key for log in logs], PEEK_ENTRIES):
+        _kind, schema_id, _version, schema_hash, _instance = message_index(payload)
+        if schema_id:
+            ids[key].add(schema_id)
+        if schema_hash:
+            hashes[key].add(schema_hash)
+    owners = schema_of_hashes(conn, {h for found in hashes.values() for h in found})
+    for key, found_hashes in hashes.items():
+        ids[key] |= {owners[h] for h in found_hashes if h in owners}
+    return ids
+
+
+def entries_requests(
+    rel: Relations,
+    routes: Mapping[str, Route],
+    queued: Mapping[str, frozenset[dg.AssetKey]] | None = None,
+) -> tuple[list[dg.RunRequest], list[str]]:
+    """The rebuild each concerned schema gets (run key `entries-<schema>-<first>-<last>`,
+    the ingest_seq range of its new entries, disjoint from every other tick's), as
+    `entries_scope` decides; nothing where a run still in the queue (`queued`) builds
+    those assets already: it reads the new entries when it starts."""
+    requests, notes = [], []
+    for sid in rel.ordered(routes):
+        route = routes[sid]
+        scope = entries_scope(rel, sid, route.own_log)
+        if scope is Scope.NONE:
+            notes.append(f"{sid}: new entries wait ({rel.why_pending(sid)})")
+            continue
+        wanted = request(sid, f"entries-{sid}-{route.first}-{route.last}", SCOPES[scope])
+        if scope is Scope.UP_TO_PLAN:
+            notes.append(f"{sid}: table waits ({rel.why_pending(sid)})")
+        if set(wanted.asset_selection or FAMILY) <= (queued or {}).get(sid, frozenset()):
+            notes.append(f"{sid}: a queued run will read its new entries")
+            continue
+        requests.append(wanted)
+    return requests, notes
+
+
+def entries_tick(
+    conn: psycopg.Connection,
+    cursor: EntryCursor,
+    now: float | None = None,
+    queued: Mapping[str, frozenset[dg.AssetKey]] | None = None,
+) -> dg.SensorResult:
+    fresh, moved = read_new_entries(conn, cursor, now)
+    if not fresh:
+        return dg.SensorResult(skip_reason="no new entries", cursor=moved.dumps())
+    registered = set(registry(conn))
+    routes = route_entries(conn, fresh, registered)
+    if not routes:
+        return dg.SensorResult(
+            skip_reason=f"{len(fresh)} logs with new entries, none of a registered schema",
+            cursor=moved.dumps(),
+        )
+    requests, notes = entries_requests(load_relations(conn), routes, queued)
+    return dg.SensorResult(
+        run_requests=batched(requests),
+        skip_reason=None if requests else skip_reason(notes, "nothing to rebuild"),
+        cursor=moved.dumps(),
+    )
+
+
+@pipeline_sensor
+def schema_entries_sensor(
+    context: dg.SensorEvaluationContext, postgres: PostgresResource
+) -> dg.SensorResult:
+    """Rebuilds the schemas that new entries (by ingest_seq) concern, only those, unless
+    a run of theirs still in the queue will read the entries anyway."""
+    queued = queued_selections(context.instance)
+    with postgres.connect() as conn:
+        return entries_tick(conn, EntryCursor.parse(context.cursor), queued=queued)

@@ -1,0 +1,121 @@
+"""`schema_registration_sensor`: adds the partition of every registered schema and
+requests a schema's family when it is registered, and again when it stops being pending
+for its relations (or when an upstream it cascades from was rebuilt after it). What to
+build is `engine.readiness.build_key`'s decision."""
+
+import hashlib
+from collections.abc import Mapping
+
+import dagster as dg
+import psycopg
+
+from p2panda_assets.defs.partitions import schemas
+from p2panda_assets.defs.resources import PostgresResource
+from p2panda_assets.defs.sensors.cursors import RegistrationCursor
+from p2panda_assets.defs.sensors.requests import (
+    batched,
+    busy_partitions,
+    load_relations,
+    pipeline_sensor,
+    request,
+    skip_reason,
+)
+from p2panda_assets.engine.readiness import build_key
+from p2panda_assets.errors import Reason
+from p2panda_assets.store.feed import registry, registry_state
+
+
+def _partitions(instance: dg.DagsterInstance) -> set[str]:
+    """The schemas that have a partition already."""
+    assert schemas.name is not None  # defined with its own name, not of an asset
+    return set(instance.get_dynamic_partitions(schemas.name))
+
+
+def _state(conn: psycopg.Connection, busy: set[str], partitions: set[str]) -> str:
+    """Everything a registration tick decides on but the cursor: the index, the registry,
+    runs in progress and existing partitions. Unchanged, the tick has nothing to do."""
+    text = registry_state(conn) + "|" + ",".join(sorted(busy)) + "|" + str(len(partitions))
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+def registration_tick(
+    conn: psycopg.Connection, instance: dg.DagsterInstance, cursor: RegistrationCursor
+) -> tuple[dg.SensorResult, list[str]]:
+    """One evaluation of the registration sensor; also the warnings to log."""
+    partitions = _partitions(instance)
+    busy = busy_partitions(instance)
+    state = _state(conn, busy, partitions)
+    new_ids = sorted(set(registry(conn)) - partitions)
+    if state == cursor.state and not new_ids:
+        return dg.SensorResult(skip_reason="nothing changed", cursor=cursor.dumps()), []
+    rel = load_relations(conn)
+    cycles = rel.cycles()
+    issued, requests, notes = dict(cursor.issued), [], []
+    pending = {s for s in rel.registry if not rel.ready(s)}
+    for sid in rel.ordered(rel.registry):
+        key = build_key(rel, sid, sid in cursor.pending)
+        if key is None or issued.get(sid) == key:
+            if sid in pending and sid not in cycles:
+                notes.append(f"{sid} waits: {rel.why_pending(sid)}")
+            continue
+        if busy & {sid, *rel.upstream(sid)}:
+            notes.append(f"{sid} waits for a run in progress")
+            if sid in cursor.pending:
+                pending.add(sid)  # still owed the build its wait ended with
+            continue
+        issued[sid] = key
+        requests.append(request(sid, key))
+    reported = sorted(set(cycles.values()))
+    new_cycles = [msg for msg in reported if msg not in cursor.cycles]
+    notes += [f"{msg}: not built ({', '.join(_members(cycles, msg))})" for msg in reported]
+    next_cursor = RegistrationCursor(
+        issued={s: k for s, k in issued.items() if s in rel.registry},
+        pending=sorted(pending),
+        cycles=reported,
+        state=state,
+    )
+    result = dg.SensorResult(
+        run_requests=batched(requests),
+        skip_reason=None if requests else skip_reason(notes, "no schema to build"),
+        cursor=next_cursor.dumps(),
+        dynamic_partitions_requests=[schemas.build_add_request(new_ids)] if new_ids else [],
+        asset_events=_cycle_observations(cycles, new_cycles, partitions | set(new_ids)),
+    )
+    warnings = [f"{msg}: not built ({', '.join(_members(cycles, msg))})" for msg in new_cycles]
+    return result, warnings
+
+
+def _members(cycles: Mapping[str, str], message: str) -> list[str]:
+    return sorted(s for s, m in cycles.items() if m == message)
+
+
+def _cycle_observations(
+    cycles: Mapping[str, str], new: list[str], partitions: set[str]
+) -> list[dg.AssetObservation]:
+    """A cycle is reported on each schema in it: an observation of its plan's partition."""
+    return [
+        dg.AssetObservation(
+            asset_key="migration_plan",
+            partition=sid,
+            metadata={"pending": f"{Reason.RELATION_CYCLE}: {msg}"},
+        )
+        for sid, msg in sorted(cycles.items())
+        if msg in new and sid in partitions
+    ]
+
+
+@pipeline_sensor
+def schema_registration_sensor(
+    context: dg.SensorEvaluationContext, postgres: PostgresResource
+) -> dg.SensorResult:
+    """Adds a partition per registered schema and builds it once its relations are ready;
+    rebuilds a schema when it stops being pending, or when a schema it cascades from was
+    rebuilt. Relation cycles are reported (log, skip reason, an observation per schema),
+    not built."""
+    with postgres.connect() as conn:
+        result, warnings = registration_tick(
+            conn, context.instance, RegistrationCursor.parse(context.cursor)
+        )
+    for warning in warnings:
+        context.log.warning(warning)
+    return result

@@ -1,0 +1,104 @@
+"""What every sensor shares: the assets a run builds, the runs in the queue, run requests
+and how one tick's requests run as one batch, and the relation graph as the store has it.
+
+Requests of one tick are listed upstream first and tagged `QUEUE_TAG`, so a run queue
+that limits that tag to one run executes them in relation order.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+import psycopg
+
+from p2panda_assets.defs.assets import BATCH_TAG, QUEUE_TAG, materialize_schema_job
+from p2panda_assets.engine.readiness import Relations, Scope
+from p2panda_assets.store.catalog import stored_catalog
+from p2panda_assets.store.feed import registry
+
+# The daemon looks at its sensors every 5 s (dagster._daemon.sensor.MIN_INTERVAL_LOOP_TIME,
+# not configurable). A minimum interval of 5 s would skip every loop that comes a moment
+# early, so 10 s between ticks; 1 s lets every loop tick. The latency goal is 10 s.
+MINIMUM_INTERVAL_SECONDS = 1
+FAMILY = [
+    dg.AssetKey(name)
+    for name in ("raw_entries", "decoded_messages", "migration_plan", "materialized_table")
+]
+UP_TO_PLAN = FAMILY[:3]  # verify and index, decode, fold: everything but the table
+PLAN_AND_TABLE = FAMILY[2:]
+SCOPES: dict[Scope, list[dg.AssetKey] | None] = {Scope.FAMILY: None, Scope.UP_TO_PLAN: UP_TO_PLAN}
+PARTITION_TAG = "dagster/partition"
+QUEUED = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED]  # not begun
+UNFINISHED = [*QUEUED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
+MAX_SKIP_CHARS = 2000
+
+
+def load_relations(conn: psycopg.Connection) -> Relations:
+    """The relation graph from the catalog as of the last index step, with the registry."""
+    catalog = stored_catalog(conn)
+    return Relations(catalog, catalog.order(), registry(conn))
+
+
+def busy_partitions(instance: dg.DagsterInstance) -> set[str]:
+    """Schemas with a run queued or in progress: what they will write is not known yet."""
+    runs = instance.get_runs(filters=dg.RunsFilter(statuses=UNFINISHED), limit=1000)
+    return {run.tags[PARTITION_TAG] for run in runs if PARTITION_TAG in run.tags}
+
+
+def queued_selections(instance: dg.DagsterInstance) -> dict[str, frozenset[dg.AssetKey]]:
+    """Per schema, the assets its runs still in the queue will build. A queued run indexes
+    the store when it starts, so it reads every entry ingested before that."""
+    runs = instance.get_runs(filters=dg.RunsFilter(statuses=QUEUED), limit=1000)
+    selections: dict[str, frozenset[dg.AssetKey]] = {}
+    for run in runs:
+        if PARTITION_TAG in run.tags:
+            sid = run.tags[PARTITION_TAG]
+            selection = frozenset(run.asset_selection or FAMILY)
+            selections[sid] = selections.get(sid, frozenset()) | selection
+    return selections
+
+
+def request(schema_id: str, run_key: str, assets: list[dg.AssetKey] | None = None) -> dg.RunRequest:
+    """A run of the schema's family (or of `assets` of it); checks of those assets follow."""
+    return dg.RunRequest(
+        run_key=run_key,
+        partition_key=schema_id,
+        asset_selection=assets,
+        tags=QUEUE_TAG,
+    )
+
+
+def batched(requests: list[dg.RunRequest]) -> list[dg.RunRequest]:
+    """The requests of one tick, each naming all of them as its batch (`BATCH_TAG`): the
+    first to run builds them all in one Spark job, the others report their tables."""
+    table = FAMILY[-1]
+    keys = [
+        r.partition_key
+        for r in requests
+        if r.partition_key and (r.asset_selection is None or table in r.asset_selection)
+    ]
+    if len(keys) < 2:
+        return requests
+    batch = {BATCH_TAG: ",".join(dict.fromkeys(keys))}
+    return [
+        dg.RunRequest(
+            run_key=r.run_key,
+            partition_key=r.partition_key,
+            asset_selection=r.asset_selection,
+            tags={**r.tags, **batch},
+        )
+        for r in requests
+    ]
+
+
+def skip_reason(lines: list[str], default: str) -> str:
+    """A tick's notes as one skip reason, cut to what the UI shows."""
+    text = "; ".join(lines) or default
+    return text if len(text) <= MAX_SKIP_CHARS else text[: MAX_SKIP_CHARS - 3] + "..."
+
+
+# Every sensor requests the family job, on by default, at the interval the latency goal asks.
+pipeline_sensor = dg.sensor(
+    job=materialize_schema_job,
+    minimum_interval_seconds=MINIMUM_INTERVAL_SECONDS,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+)

@@ -1,0 +1,79 @@
+"""`schema_revert_sensor`: fans a verified schema-revert out to the schemas that relate to
+the reverted one. Which schemas are rebuilt is `engine.readiness.revert_fan_out`'s
+decision."""
+
+from dataclasses import replace
+
+import dagster as dg
+import psycopg
+
+from p2panda_assets.defs.resources import PostgresResource
+from p2panda_assets.defs.sensors.cursors import RevertCursor
+from p2panda_assets.defs.sensors.requests import (
+    PLAN_AND_TABLE,
+    batched,
+    busy_partitions,
+    load_relations,
+    pipeline_sensor,
+    request,
+    skip_reason,
+)
+from p2panda_assets.engine.readiness import Relations, revert_fan_out
+from p2panda_assets.store.feed import verified_reverts
+
+
+def revert_requests(
+    rel: Relations, schema_id: str, seq: int
+) -> tuple[list[dg.RunRequest], list[str]]:
+    """`migration_plan` and `materialized_table` of the reverted schema and of every
+    registered schema whose relations reach it, upstream first; a schema that is not
+    ready (cycle, unregistered or unmaterialized upstream) is left out."""
+    rebuilt, pending = revert_fan_out(rel, schema_id)
+    requests = [
+        request(target, f"revert-{schema_id}-{seq}-{target}", PLAN_AND_TABLE) for target in rebuilt
+    ]
+    notes = [f"{target} waits: {rel.why_pending(target)}" for target in pending]
+    return requests, notes
+
+
+def revert_tick(
+    conn: psycopg.Connection, instance: dg.DagsterInstance, cursor: RevertCursor
+) -> dg.SensorResult:
+    found = verified_reverts(conn)
+    new = {s: seqs for s, seqs in found.items() if set(seqs) - set(cursor.handled.get(s, ()))}
+    if not new:
+        return dg.SensorResult(skip_reason="no new schema-revert entries", cursor=cursor.dumps())
+    busy = busy_partitions(instance)
+    rel = load_relations(conn)
+    handled = {s: seqs for s, seqs in cursor.handled.items() if s in found}
+    requests: list[dg.RunRequest] = []
+    notes: list[str] = []
+    for sid in rel.ordered(new):
+        if sid in busy:  # the run that indexed the revert is still writing this schema
+            notes.append(f"revert of {sid} waits for its run in progress")
+            continue
+        latest = max(set(new[sid]) - set(cursor.handled.get(sid, ())))
+        more, why = revert_requests(rel, sid, latest)
+        requests += more
+        notes += why
+        handled[sid] = found[sid]
+    return dg.SensorResult(
+        run_requests=batched(requests),
+        skip_reason=None if requests else skip_reason(notes, "nothing to rebuild"),
+        cursor=replace(cursor, handled=handled).dumps(),
+    )
+
+
+@pipeline_sensor
+def schema_revert_sensor(
+    context: dg.SensorEvaluationContext, postgres: PostgresResource
+) -> dg.SensorResult:
+    """On a verified schema-revert entry, requests `migration_plan` and
+    `materialized_table` for the reverted schema and the schemas whose relations reach it.
+
+    No `raw_entries`: a revert is found in `message_index`, so the index has verified it
+    already, and the plan (folded from the store) reflects it. The run that indexed it was
+    the entries sensor's rebuild of the schema; a revert waits while that run is still
+    writing the schema (its decoded messages, its table)."""
+    with postgres.connect() as conn:
+        return revert_tick(conn, context.instance, RevertCursor.parse(context.cursor))
