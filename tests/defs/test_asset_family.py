@@ -23,13 +23,13 @@ from p2panda_assets.cli.main import main
 from p2panda_assets.cli.store_cmd import STATUS_COLUMNS
 from p2panda_assets.definitions import defs
 from p2panda_assets.defs.assets import SCHEMA_TAG, VERSION_TAG
-from p2panda_assets.engine.builder import CorpusBuilder, SchemaAuthor, create_field, instances
 from p2panda_assets.engine.corpus import reduce_corpus
 from p2panda_assets.errors import Reason
 from p2panda_assets.orchestration import JOB, SCHEMAS
 from p2panda_assets.store.database import connect, ensure_schema
 from p2panda_assets.store.ingest import ingest
 from p2panda_assets.store.registry import parse_schema_id, register, table_name_for
+from p2panda_assets.testing.builder import CorpusBuilder, SchemaAuthor, create_field, instances
 from tests.pipeline.compare import engine_accounts, engine_tables, pg_accounts, pg_tables
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from p2panda_assets.engine.builder import CorpusBuilder, create_field, instances, remove_field
 from p2panda_assets.engine.corpus import State, reduce_corpus
 from p2panda_assets.engine.lens import EMPTY_LENS
 from p2panda_assets.engine.preview import row_json
@@ -15,6 +14,7 @@ from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.protocol.cbor import encode_cbor
 from p2panda_assets.protocol.fieldtypes import FieldType
 from p2panda_assets.protocol.messages import FieldChange, SchemaMigration
+from p2panda_assets.testing.builder import CorpusBuilder, create_field, instances, remove_field
 
 SYSTEM_COLUMNS = ["tableoid", "xmin", "cmin", "xmax", "cmax", "ctid"]
 

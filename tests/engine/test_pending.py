@@ -7,12 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-from p2panda_assets.engine.builder import (
-    CorpusBuilder,
-    SchemaAuthor,
-    create_field,
-    instances,
-)
 from p2panda_assets.engine.corpus import (
     Catalog,
     Corpus,
@@ -30,6 +24,12 @@ from p2panda_assets.protocol.messages import (
     SchemaHashRef,
     SchemaVersionRef,
     encode_message,
+)
+from p2panda_assets.testing.builder import (
+    CorpusBuilder,
+    SchemaAuthor,
+    create_field,
+    instances,
 )
 
 UNKNOWN_VERSION_HASH = b"\x00\x20" + b"\x5a" * 32  # a schema version nobody published

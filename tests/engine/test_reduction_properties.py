@@ -8,7 +8,6 @@ from random import Random
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from p2panda_assets.engine.builder import CorpusBuilder
 from p2panda_assets.engine.corpus import Corpus, State, chain_log, check_record, reduce_corpus
 from p2panda_assets.errors import P2pandaError
 from p2panda_assets.protocol.messages import (
@@ -21,6 +20,7 @@ from p2panda_assets.protocol.messages import (
     is_instance_message,
     is_schema_message,
 )
+from p2panda_assets.testing.builder import CorpusBuilder
 from tests.strategies import corpora
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from p2panda_assets.engine.builder import (
+from p2panda_assets.engine.corpus import State, reduce_corpus
+from p2panda_assets.engine.schema_log import SchemaHistory
+from p2panda_assets.errors import Reason
+from p2panda_assets.protocol.fieldtypes import FieldType
+from p2panda_assets.protocol.messages import Create, SchemaVersionRef, encode_message
+from p2panda_assets.testing.builder import (
     CorpusBuilder,
     SchemaAuthor,
     create_field,
     remove_field,
     update_field,
 )
-from p2panda_assets.engine.corpus import State, reduce_corpus
-from p2panda_assets.engine.schema_log import SchemaHistory
-from p2panda_assets.errors import Reason
-from p2panda_assets.protocol.fieldtypes import FieldType
-from p2panda_assets.protocol.messages import Create, SchemaVersionRef, encode_message
 
 
 def new_schema() -> tuple[CorpusBuilder, SchemaAuthor]:

@@ -13,7 +13,6 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from p2panda_assets.engine.builder import CorpusBuilder, create_field, instances
 from p2panda_assets.engine.corpus import reduce_corpus
 from p2panda_assets.engine.values import to_json
 from p2panda_assets.pipeline.run import run_pipeline
@@ -21,6 +20,7 @@ from p2panda_assets.protocol.fieldtypes import FieldType
 from p2panda_assets.store.database import connect, ensure_schema
 from p2panda_assets.store.ingest import ingest
 from p2panda_assets.store.registry import parse_schema_id, register, table_name_for
+from p2panda_assets.testing.builder import CorpusBuilder, create_field, instances
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
