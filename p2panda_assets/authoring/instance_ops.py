@@ -23,6 +23,7 @@ from p2panda_assets.authoring.values import (
     raw_from_text,
     raw_without_type,
 )
+from p2panda_assets.engine.instances import refuse_dead_version
 from p2panda_assets.engine.lens import FieldSpec, Lens
 from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.protocol.hashing import is_hash
@@ -146,10 +147,7 @@ def pick_version(schema: Schema, version: int | None, *, for_delete: bool = Fals
         raise P2pandaError(
             Reason.AWAITING_VERSION, f"{schema.label} has no version {version} (yet)"
         )
-    if version in history.dead and not for_delete:
-        raise P2pandaError(
-            Reason.REVERTED_VERSION, f"version {version} of {schema.label} was reverted"
-        )
+    refuse_dead_version(history, version, is_delete=for_delete, label=schema.label)
     return version
 
 

@@ -230,9 +230,19 @@ def _version_of(message: InstanceMessage, history: SchemaHistory, resolve: Resol
             return None
         raise _Pending(Rejection(resolved.reason, resolved.message))
     _same_schema(resolved.history.schema_id, history)
-    if resolved.version in history.dead and not isinstance(message, Delete):
-        raise P2pandaError(Reason.REVERTED_VERSION, f"version {resolved.version} was reverted")
+    refuse_dead_version(history, resolved.version, is_delete=isinstance(message, Delete))
     return resolved.version
+
+
+def refuse_dead_version(
+    history: SchemaHistory, version: int, *, is_delete: bool, label: str | None = None
+) -> None:
+    """Rule I-DEAD (docs/semantics.md): a create or update that names a version a revert
+    made dead is rejected (`reverted-version`); a delete applies whatever version it
+    names. Authoring calls this too, to refuse such a message before publishing it."""
+    if version in history.dead and not is_delete:
+        of = "" if label is None else f" of {label}"
+        raise P2pandaError(Reason.REVERTED_VERSION, f"version {version}{of} was reverted")
 
 
 def _same_schema(schema_id: str, history: SchemaHistory) -> None:
