@@ -1,6 +1,6 @@
 """`panda publish create|update|delete`: instance messages on the author's instance logs.
 
-All instance messages of one author for one schema go into one log (SPEC section 3),
+All instance messages of one author for one schema go into one log (rule I-ONE-LOG),
 so the state maps each schema id to its instance log, opened at the author's next free
 log id on first use. Values are checked at the version they name, as the engine will
 check them, so a message it would reject (`unknown-field`, `invalid-value`,
@@ -99,7 +99,7 @@ def delete_instance(
     entries: Sequence[str] = (),
 ) -> InstanceOutcome:
     """A delete, in the log that created the instance; it names a schema version only
-    when `--schema` or `--version` is given (the field is optional, SPEC section 2)."""
+    when `--schema` or `--version` is given (the field is optional, rule M-SHAPE)."""
     instance = parse_instance_id(instance_text)
     schema = None
     if schema_text is not None:

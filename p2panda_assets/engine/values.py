@@ -1,6 +1,6 @@
 """Typed values: what a raw CBOR value *is* at a field type, and how a value renders.
 
-The canonical Python value of each base type (SPEC section 2), shared by the whole
+The canonical Python value of each base type (rule M-VALUE), shared by the whole
 engine so that conversion, validation and reduction never see a raw value:
 
 - varchar, text: `str` (varchar at most 255 code points); never U+0000 or a lone
@@ -46,7 +46,7 @@ NAN_TEXT = "NaN"
 INFINITY_TEXT = "Infinity"
 NEG_INFINITY_TEXT = "-Infinity"
 
-# ISO 8601 / RFC 3339 date-time; the UTC offset is mandatory (SPEC section 2).
+# ISO 8601 / RFC 3339 date-time; the UTC offset is mandatory (rule M-VALUE).
 _TIMESTAMP_TEXT = re.compile(
     r"(?P<year>[0-9]{4})-(?P<month>[0-9]{2})-(?P<day>[0-9]{2})[Tt ]"
     r"(?P<hour>[0-9]{2}):(?P<minute>[0-9]{2}):(?P<second>[0-9]{2})"
@@ -131,7 +131,7 @@ def interpret(raw: object, ftype: FieldType) -> Value:
     """The canonical value of `raw` (as decoded from a message) at `ftype`.
 
     Strict: anything that does not fit raises `P2pandaError(invalid-value)`, because a
-    value invalid at the version it names rejects the message (SPEC section 3).
+    value invalid at the version it names rejects the message (rule I-STRICT).
     """
     if raw is None:
         return None
@@ -278,7 +278,7 @@ def _natural_base(raw: object) -> BaseType:
 
 
 def to_json(value: Value, ftype: FieldType) -> Any:
-    """The JSON form of `panda preview` (SPEC section 4): text as strings, bytes and ids
+    """The JSON form of `panda preview` (rule T-VALUE): text as strings, bytes and ids
     as hex, timestamps ISO 8601 UTC with `Z`, arrays as arrays, null as null. Finite
     floats are numbers; NaN and ±Infinity, which JSON lacks, are the strings `NaN`,
     `Infinity`, `-Infinity`."""

@@ -1,6 +1,6 @@
 """Strict CBOR (RFC 8949) for message payloads: a fast decoder and a canonical encoder.
 
-The decoder accepts exactly the subset SPEC section 2 allows: definite lengths, text map
+The decoder accepts exactly the subset rule M-CBOR allows: definite lengths, text map
 keys, no duplicate keys, nesting depth at most 16 (arrays, maps and tags each count one
 level), one item with no trailing bytes. Integers, byte and text strings, arrays, maps,
 false/true/null, half/single/double floats and the date-time tags 0 and 1 are supported;
@@ -41,7 +41,7 @@ _UNPACK_F64 = _F64.unpack_from
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 # RFC 3339 date-time. The offset may also be written without its colon (`+0000`), the form
-# SPEC section 2 uses for timestamp text. `re.ASCII` keeps `\d` to the digits 0-9.
+# rule M-VALUE uses for timestamp text. `re.ASCII` keeps `\d` to the digits 0-9.
 _DATE_TIME = re.compile(
     r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[Zz]|[+-]\d{2}:?(?P<offset_minutes>\d{2}))",
     re.ASCII,

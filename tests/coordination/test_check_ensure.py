@@ -1,4 +1,4 @@
-"""Issue 7, coordination: `panda check` / `panda ensure` across Mentat's outcomes, also
+"""Issue 7, coordination: `panda check` / `panda ensure` across rule P-CHECK's outcomes, also
 after restoring an older dump; name conflicts resolved by registration; the class of
 each migration of the slothmail story, and a lossy one whose fallbacks match the rows."""
 

@@ -35,7 +35,7 @@ from tests.pipeline.compare import engine_accounts, engine_tables, pg_accounts, 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
 TABLE = dg.AssetKey("materialized_table")
-SYSTEM_COLUMNS = [  # as PostgreSQL declares them (SPEC section 4)
+SYSTEM_COLUMNS = [  # as PostgreSQL declares them (rule T-ROW)
     ("_instance_id", "text"),
     ("_author", "text"),
     ("_version", "bigint"),

@@ -48,7 +48,7 @@ def one_field(type_: str, validation: str | None = None) -> tuple[CorpusBuilder,
     return corpus, schema
 
 
-# --- the seeds' slothmail story -------------------------------------------------------
+# --- the slothmail story (resources/) -------------------------------------------------
 
 
 def test_slothmail_story_creates_and_attachments_are_safe_and_003_is_lossy() -> None:

@@ -1,4 +1,4 @@
-"""Field names (SPEC section 2): PostgreSQL's system column names are invalid
+"""Field names (rules M-RESERVED-NAME, M-CASE): PostgreSQL's system column names are invalid
 (`bad-field-name`), and names are case-sensitive: `a` and `A` are two fields, two values
 in every row and two columns."""
 

@@ -1,4 +1,4 @@
-"""A pending message holds back only its own instance (SPEC section 3, Instances): the
+"""A pending message holds back only its own instance (rules I-PENDING-2, I-PENDING-3): the
 later messages of its log that concern the same instance wait with it, in log order;
 every other message of the log applies; a delete never waits, and supersedes what was
 pending for the instance it deletes."""

@@ -149,7 +149,7 @@ def instance_logs(pairs: list[tuple[bytes, bytes]]) -> list[list[tuple[bytes, Me
 def assert_pending_holds_back_only_its_own_instance(
     result: Corpus, pairs: list[tuple[bytes, bytes]]
 ) -> None:
-    """SPEC section 3, Instances, checked entry by entry on every built instance log: a
+    """Rules I-PENDING-2, I-PENDING-3, checked entry by entry on every built instance log: a
     create or update waits exactly when the version it names is not known yet or an
     earlier message of its own instance waits; a delete never waits for those, and once
     applied turns what waited for its instance superseded (nothing of the instance before

@@ -1,4 +1,4 @@
-"""Every value in a table equals what `panda preview` shows for it (SPEC section 4): each
+"""Every value in a table equals what `panda preview` shows for it (rule T-VALUE): each
 field type, its array form and null, with the values a JDBC writer changes or refuses
 (NaN and ±Infinity, timestamps of years 1, 1582 and 9999, blob arrays, empty arrays),
 a 512 KiB blob, 255 emoji in a varchar, and field names that differ only in case or
