@@ -17,9 +17,9 @@ import json
 import random
 import time
 
-from p2panda_assets.engine.builder import CorpusBuilder, create_field, instances, update_field
 from p2panda_assets.engine.corpus import State, reduce_corpus
 from p2panda_assets.protocol.entry import verify_entry
+from p2panda_assets.testing.builder import CorpusBuilder, create_field, instances, update_field
 
 
 def make_corpus(messages: int, seed: int = 7) -> CorpusBuilder:

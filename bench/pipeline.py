@@ -52,13 +52,6 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from p2panda_assets.engine.builder import (
-    CorpusBuilder,
-    SchemaAuthor,
-    create_field,
-    instances,
-    update_field,
-)
 from p2panda_assets.jsonlines import entry_line, read_entry_lines
 from p2panda_assets.pipeline import index as index_module
 from p2panda_assets.pipeline import run as run_module
@@ -68,6 +61,13 @@ from p2panda_assets.store.database import DATABASE_URL_ENV, connect, ensure_sche
 from p2panda_assets.store.embedded import ensure_embedded, layout, stop_embedded
 from p2panda_assets.store.ingest import ingest
 from p2panda_assets.store.registry import register
+from p2panda_assets.testing.builder import (
+    CorpusBuilder,
+    SchemaAuthor,
+    create_field,
+    instances,
+    update_field,
+)
 
 CORPUS_FORMAT = 1  # bump when the generator changes: cache files are named after it
 SCHEMAS = 20

@@ -1,6 +1,6 @@
 """`check` and `ensure` for applications: does the database hold version N of a schema?
 
-After Mentat's vocabulary check (the Datomish proposal in the seeds): an application
+Rule P-CHECK (docs/semantics.md), a vocabulary check: an application
 states the schema and version it was written against, and the database answers from
 what it holds itself, the registry row written in the same transaction as the table, so
 the answer is right also after a restore from an older backup:

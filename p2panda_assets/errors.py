@@ -50,7 +50,7 @@ class Reason(StrEnum):
     BAD_VALUE = "bad-value"  # right CBOR type, value out of range or malformed
     BAD_NAME = "bad-name"  # schema name not 1..64 ASCII characters
     BAD_FIELD_NAME = "bad-field-name"  # field name empty, > 63 bytes, control chars, or "_..."
-    UNKNOWN_TYPE = "unknown-type"  # a field type that is not in SPEC section 2
+    UNKNOWN_TYPE = "unknown-type"  # a field type that is not one of rule M-TYPE's
     # --- schema logs (engine) -------------------------------------------------------
     NOT_SCHEMA_MESSAGE = "not-schema-message"  # an instance message on a schema log
     FIELD_EXISTS = "field-exists"  # migration creates a field the lens already has

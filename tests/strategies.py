@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 
 from hypothesis import strategies as st
 
-from p2panda_assets.engine.builder import (
+from p2panda_assets.protocol.log_writer import LogWriter
+from p2panda_assets.testing.builder import (
     Author,
     CorpusBuilder,
     SchemaAuthor,
@@ -18,7 +19,6 @@ from p2panda_assets.engine.builder import (
     remove_field,
     update_field,
 )
-from p2panda_assets.protocol.log_writer import LogWriter
 
 FIELD_NAMES = ["title", "count", "tags", "note"]
 TYPES = ["text", "varchar", "integer", "text[]", "boolean"]

@@ -1,7 +1,7 @@
 """Definition files (docs/definitions.md): a schema's meta and field changes in YAML or TOML.
 
 Both forms hold one structure, a `meta` table and a `fields` table of field name ->
-change, so a schema author writes what the seeds show (`slothmail-001.yaml`,
+change, so a schema author writes what `resources/` holds (`slothmail-001.yaml`,
 `comment-001.toml`) instead of CBOR. Every key is checked against that structure
 (`unknown-key`, naming the file and the key): a misspelt `valdiation` must not
 silently publish a field without its validation, because a published migration can
@@ -188,7 +188,7 @@ def field_change(
     me: AuthorState, name: str, change: Mapping[str, Any], lens: Lens, where: str
 ) -> FieldChange:
     """One field's change. An update may leave out `type` (and, for a relation, `schema`
-    and `cascade`): they are taken from the field as it is now, as the seeds' slothmail
+    and `cascade`): they are taken from the field as it is now, as `slothmail-003.yaml`
     migration does; everything else an update does not give is dropped, as in SPEC."""
     action = change.get("action", "create")
     if action not in ACTIONS:

@@ -1,6 +1,6 @@
 """`panda publish create|update|delete`: instance messages on the author's instance logs.
 
-All instance messages of one author for one schema go into one log (SPEC section 3),
+All instance messages of one author for one schema go into one log (rule I-ONE-LOG),
 so the state maps each schema id to its instance log, opened at the author's next free
 log id on first use. Values are checked at the version they name, as the engine will
 check them, so a message it would reject (`unknown-field`, `invalid-value`,
@@ -23,6 +23,7 @@ from p2panda_assets.authoring.values import (
     raw_from_text,
     raw_without_type,
 )
+from p2panda_assets.engine.instances import refuse_dead_version
 from p2panda_assets.engine.lens import FieldSpec, Lens
 from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.protocol.hashing import is_hash
@@ -98,7 +99,7 @@ def delete_instance(
     entries: Sequence[str] = (),
 ) -> InstanceOutcome:
     """A delete, in the log that created the instance; it names a schema version only
-    when `--schema` or `--version` is given (the field is optional, SPEC section 2)."""
+    when `--schema` or `--version` is given (the field is optional, rule M-SHAPE)."""
     instance = parse_instance_id(instance_text)
     schema = None
     if schema_text is not None:
@@ -146,10 +147,7 @@ def pick_version(schema: Schema, version: int | None, *, for_delete: bool = Fals
         raise P2pandaError(
             Reason.AWAITING_VERSION, f"{schema.label} has no version {version} (yet)"
         )
-    if version in history.dead and not for_delete:
-        raise P2pandaError(
-            Reason.REVERTED_VERSION, f"version {version} of {schema.label} was reverted"
-        )
+    refuse_dead_version(history, version, is_delete=for_delete, label=schema.label)
     return version
 
 

@@ -105,7 +105,7 @@ def session(home: Path | None = None) -> Iterator[Session]:
 
 
 def finish(session: Session, out: str | None, result: str, notes: Sequence[str]) -> int:
-    """Commit and report, the output contract of the authoring commands (SPEC section 4):
+    """Commit and report, the output contract of the authoring commands (rule P-OUTPUT):
     with `--out` the entries are appended to the file and stdout gets the result; without
     it stdout gets the entry lines (so `panda ... >> story.jsonl` works) and stderr the
     result. Lines for people always go to stderr."""

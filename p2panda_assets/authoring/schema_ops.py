@@ -292,7 +292,7 @@ def _append_checked(session: Session, record: LogRecord, messages: list[SchemaMe
 
 
 def _describe(messages: list[SchemaMessage]) -> list[str]:
-    """The seeds' summary of a migration: `Created fields` / `- subject<text>`."""
+    """The summary of a migration (rule P-OUTPUT): `Created fields` / `- subject<text>`."""
     lines: list[str] = []
     for message in messages:
         if isinstance(message, SchemaMeta):

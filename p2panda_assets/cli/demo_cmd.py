@@ -1,4 +1,4 @@
-"""`panda demo`: the seeds' slothmail story on the embedded defaults, end to end.
+"""`panda demo`: the slothmail story (`resources/`) on the embedded defaults, end to end.
 
 An author (a fixed demo key, so a second run publishes the same entries and changes
 nothing) writes the profile, attachment and slothmail schemas and some mail with the
@@ -286,7 +286,7 @@ def _values(before: Snapshot, after: Snapshot, target: int, killed: list[int]) -
 
 def _deletions(before: Snapshot, after: Snapshot, story: Path) -> list[str]:
     """Rows gone from the table, and deleted instances that stay gone: a delete applies
-    at every version, even one a revert made dead (SPEC section 3, Revert)."""
+    at every version, even one a revert made dead (rule I-DEAD)."""
     history = after.history
     versions = {h: (history.schema_id, seq) for seq, h in history.entry_hashes.items()}
     creates: dict[bytes, Create] = {}

@@ -26,7 +26,7 @@ def parse_hex(text: str, what: str) -> bytes:
 
 
 def entry_json(entry: Entry) -> dict[str, object]:
-    """SPEC section 4's JSON form of an entry: hex strings, null where absent."""
+    """The JSON form of an entry (rule P-ENTRY-JSON): hex strings, null where absent."""
 
     def hex_or_none(value: bytes | None) -> str | None:
         return None if value is None else value.hex()

@@ -1,7 +1,7 @@
-"""`panda schema NAME init|migrate|revert`: author a schema on an own log (the seeds' CLI).
+"""`panda schema NAME init|migrate|revert`: author a schema on an own log (rule P-DEFINITION).
 
 `panda schema init --file comment-001.toml` (no NAME) takes the name from the file's
-`meta.name`, as the seeds show it. `panda schema NAME migrate --check FILE [--entries
+`meta.name`, as `resources/` shows it. `panda schema NAME migrate --check FILE [--entries
 FILE...]` says whether the migration is safe or lossy before anything is published.
 """
 

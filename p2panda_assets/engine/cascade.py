@@ -9,8 +9,20 @@ to itself is iterated to a fixpoint.
 from __future__ import annotations
 
 from p2panda_assets.engine.instances import Instance
+from p2panda_assets.engine.lens import Lens
 from p2panda_assets.engine.relations import HashIndex, relation_target
 from p2panda_assets.engine.schema_log import SchemaHistory
+
+
+def cascade_fields(lens: Lens, hash_index: HashIndex) -> list[tuple[str, str | None]]:
+    """Rule R-CASCADE (docs/semantics.md): the fields whose target's delete removes the
+    row: the relation fields of `lens` marked `cascade`, each with the schema id it names
+    (None: a version hash not known yet). The one place this condition is written."""
+    return [
+        (spec.name, relation_target(spec.relation, hash_index))
+        for spec in lens.values()
+        if spec.relation is not None and spec.cascade
+    ]
 
 
 def apply_cascades(
@@ -21,11 +33,7 @@ def apply_cascades(
 ) -> set[bytes]:
     """Mark cascade-deleted instances in place; return every deleted instance id."""
     deleted = {i.id for i in instances.values() if i.deleted_by is not None}
-    cascades = [
-        (spec.name, relation_target(spec.relation, hash_index))
-        for spec in history.lens.values()
-        if spec.relation is not None and spec.cascade
-    ]
+    cascades = cascade_fields(history.lens, hash_index)
     if not cascades:
         return deleted
     changed = True

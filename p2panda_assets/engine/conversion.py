@@ -1,4 +1,4 @@
-"""Conversion between field types: total, documented, never guessing (SPEC section 3).
+"""Conversion between field types: total, documented, never guessing (rule C-CONVERT).
 
 `convert` either yields the value at the target type or raises `ConversionFailed`;
 a migration then stores the field's default. Failing is normal, so `ConversionFailed`
@@ -331,7 +331,7 @@ _HEADER = """\
 from p2panda_assets/engine/conversion.py; tests/engine/test_conversion.py fails when
 this file and the code disagree. Do not edit by hand. -->
 
-When a migration changes a field's type (SPEC section 3), every stored value is
+When a migration changes a field's type (rule C-FALLBACK), every stored value is
 converted to the new type. Conversion is total: it yields a value or fails, and a value
 that fails to convert (or then fails the field's validation) is replaced by the
 migration's default. It never guesses. Null converts to null at every type.

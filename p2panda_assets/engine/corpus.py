@@ -12,7 +12,7 @@ distributed over Spark partitions (the pipeline), and the two agree by construct
 4. per instance log, `reduce_instance_log`; per schema, `cascade` and `finish_schema`:
    rows, the deleted set its dependents need, and the accounts of its entries.
 
-Every distinct entry ends with exactly one `Account` (SPEC section 3, Accounting).
+Every distinct entry ends with exactly one `Account` (rule A-ONCE, docs/semantics.md).
 """
 
 from __future__ import annotations

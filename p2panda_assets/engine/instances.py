@@ -1,4 +1,4 @@
-"""Reducing one author's instance log to instances (SPEC section 3, Instances).
+"""Reducing one author's instance log to instances (rules I-*, docs/semantics.md).
 
 Messages apply in log order. A create makes an instance (its id is the entry hash); an
 update or delete changes only an instance of the same author, in the same log. Each
@@ -11,7 +11,7 @@ creates): they wait with it, so they apply in log order once it does, and every 
 instance of the log is reduced as usual. A delete never waits for them: the instance is
 deleted, and the messages held for it are superseded. Nor does a delete wait for the
 version it names when that names the log's own schema (deletes apply at any version,
-SPEC section 3, Revert); one that names a version hash not known yet cannot be told
+rule I-DEAD); one that names a version hash not known yet cannot be told
 apart from a message of another schema, so it waits like any other message. Once every
 version has arrived nothing is held, and the reduction is that of plain log order.
 """
@@ -224,9 +224,19 @@ def _version_of(message: InstanceMessage, history: SchemaHistory, resolve: Resol
             return None
         raise _HeldBack(resolved)
     _same_schema(resolved.history.schema_id, history)
-    if resolved.version in history.dead and not isinstance(message, Delete):
-        raise P2pandaError(Reason.REVERTED_VERSION, f"version {resolved.version} was reverted")
+    refuse_dead_version(history, resolved.version, is_delete=isinstance(message, Delete))
     return resolved.version
+
+
+def refuse_dead_version(
+    history: SchemaHistory, version: int, *, is_delete: bool, label: str | None = None
+) -> None:
+    """Rule I-DEAD (docs/semantics.md): a create or update that names a version a revert
+    made dead is rejected (`reverted-version`); a delete applies whatever version it
+    names. Authoring calls this too, to refuse such a message before publishing it."""
+    if version in history.dead and not is_delete:
+        of = "" if label is None else f" of {label}"
+        raise P2pandaError(Reason.REVERTED_VERSION, f"version {version}{of} was reverted")
 
 
 def _same_schema(schema_id: str, history: SchemaHistory) -> None:

@@ -1,4 +1,4 @@
-"""Rows as JSON, the form `panda preview` prints (SPEC section 4): system columns first,
+"""Rows as JSON, the form `panda preview` prints (rule T-VALUE): system columns first,
 then the fields of the current lens; values rendered by `values.to_json`."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ to itself waits for nothing; a schema in a relation cycle is reported and never 
 (`BuildOrder`); this module adds what the registry says of each (`Registered`): whether
 its upstream schemas are built, and when.
 
-The cascade rule (SPEC, Relations, `cascade`): a schema's rows go when the instance a
+The cascade rule (rule R-CASCADE, docs/semantics.md): a schema's rows go when the instance a
 cascade relation field points at is deleted, so a schema is rebuilt after an upstream it
 cascades from was rebuilt (`cascade_upstream`). A revert re-projects a schema: every
 registered schema whose relations reach it is rebuilt after it (`dependents`).
@@ -23,8 +23,9 @@ from datetime import datetime
 from enum import Enum
 from functools import cached_property
 
+from p2panda_assets.engine.cascade import cascade_fields
 from p2panda_assets.engine.corpus import Catalog
-from p2panda_assets.engine.relations import BuildOrder, HashIndex, relation_target
+from p2panda_assets.engine.relations import BuildOrder, HashIndex
 from p2panda_assets.engine.schema_log import SchemaHistory
 from p2panda_assets.errors import Reason
 from p2panda_assets.statuses import SchemaStatus
@@ -70,12 +71,8 @@ def unbuilt_upstream(order: BuildOrder, schema_id: str, built: Collection[str]) 
 
 def cascade_upstream(history: SchemaHistory, hash_index: HashIndex) -> set[str]:
     """The other schemas whose deletes remove rows of this one: the targets of the current
-    lens's relation fields marked `cascade` (a version hash not known yet names none)."""
-    targets = {
-        relation_target(spec.relation, hash_index)
-        for spec in history.lens.values()
-        if spec.relation is not None and spec.cascade
-    }
+    lens's cascade fields (rule R-CASCADE; a version hash not known yet names none)."""
+    targets = {target for _, target in cascade_fields(history.lens, hash_index)}
     return {t for t in targets if t is not None and t != history.schema_id}
 
 

@@ -2,7 +2,7 @@
 
 A schema whose current lens has relation fields depends on the schemas they name. It
 is built after them, and not at all while one of them is unknown, unregistered or
-itself waiting (the seeds' waiting queue). A relation of a schema to itself is fine (its
+itself waiting (rule R-ORDER). A relation of a schema to itself is fine (its
 cascades run to a fixpoint); a cycle through two or more schemas is reported on every
 schema in it and never looped on.
 """

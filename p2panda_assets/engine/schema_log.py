@@ -1,6 +1,6 @@
 """Folding a schema log into versions: each entry is a version, each version a lens.
 
-The revert rule (SPEC section 3): `schema-revert` with target t at seq r restores the
+The revert rule (S-REVERT-1, S-REVERT-2): `schema-revert` with target t at seq r restores the
 state of version t, unless a revert message between t and r targets a version earlier
 than t (then it is ignored, and its version equals the one before). An effective revert
 makes the versions in (t, r) dead. An invalid schema entry freezes the schema at the last

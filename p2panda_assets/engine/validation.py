@@ -2,7 +2,7 @@
 
 Patterns come from schema authors and are untrusted, so they only ever reach RE2
 (google-re2), whose matching time is linear in the text; never a backtracking engine.
-Semantics (SPEC section 3), RE2's defaults: a value validates when the pattern matches
+Semantics (rule C-VALIDATE), RE2's defaults: a value validates when the pattern matches
 anywhere in it; `^` and `$` anchor at the start and end of the whole text (per line
 only with `(?m)`); `.` does not match `\\n` (it does with `(?s)`). Each element of a
 varchar[] or text[] array must validate; null and the other types always pass.

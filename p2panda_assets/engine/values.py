@@ -1,6 +1,6 @@
 """Typed values: what a raw CBOR value *is* at a field type, and how a value renders.
 
-The canonical Python value of each base type (SPEC section 2), shared by the whole
+The canonical Python value of each base type (rule M-VALUE), shared by the whole
 engine so that conversion, validation and reduction never see a raw value:
 
 - varchar, text: `str` (varchar at most 255 code points); never U+0000 or a lone
@@ -95,7 +95,7 @@ def interpret(raw: object, ftype: FieldType) -> Value:
     """The canonical value of `raw` (as decoded from a message) at `ftype`.
 
     Strict: anything that does not fit raises `P2pandaError(invalid-value)`, because a
-    value invalid at the version it names rejects the message (SPEC section 3).
+    value invalid at the version it names rejects the message (rule I-STRICT).
     """
     if raw is None:
         return None
@@ -242,7 +242,7 @@ def _natural_base(raw: object) -> BaseType:
 
 
 def to_json(value: Value, ftype: FieldType) -> Any:
-    """The JSON form of `panda preview` (SPEC section 4): text as strings, bytes and ids
+    """The JSON form of `panda preview` (rule T-VALUE): text as strings, bytes and ids
     as hex, timestamps ISO 8601 UTC with `Z`, arrays as arrays, null as null. Finite
     floats are numbers; NaN and ±Infinity, which JSON lacks, are the strings `NaN`,
     `Infinity`, `-Infinity`."""

@@ -1,4 +1,4 @@
-"""Column types of a materialized table (SPEC section 4, Registry), in PostgreSQL and in
+"""Column types of a materialized table (rule T-TYPE, docs/semantics.md), in PostgreSQL and in
 Spark (as the table check reads a table back), and pandas frames for Spark.
 
 When a table is read back through Spark, its field columns are named `f0`, `f1`, ... in

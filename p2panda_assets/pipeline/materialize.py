@@ -27,6 +27,7 @@ from pyspark.broadcast import Broadcast
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from p2panda_assets.engine.cascade import cascade_fields
 from p2panda_assets.engine.compatibility import history_compatibility
 from p2panda_assets.engine.corpus import (
     Catalog,
@@ -36,7 +37,7 @@ from p2panda_assets.engine.corpus import (
 )
 from p2panda_assets.engine.instances import Instance
 from p2panda_assets.engine.lens import Lens
-from p2panda_assets.engine.relations import BuildOrder, relation_target
+from p2panda_assets.engine.relations import BuildOrder
 from p2panda_assets.errors import Pending, Reason
 from p2panda_assets.failpoints import Failpoint, failpoint
 from p2panda_assets.pipeline.columns import pg_type
@@ -207,13 +208,11 @@ def why_pending(
 def _instance_row(catalog: Catalog, schema_id: str, instance: Instance) -> dict[str, object]:
     lens = catalog.histories[schema_id].lens
     targets, refs = [], []
-    for spec in lens.values():
-        if spec.relation is None or not spec.cascade:
-            continue
-        value = instance.values.get(spec.name)
+    for name, target in cascade_fields(lens, catalog.hash_index):
+        value = instance.values.get(name)
         for hex_id in value if isinstance(value, tuple) else (value,):
             if isinstance(hex_id, str):
-                targets.append(relation_target(spec.relation, catalog.hash_index))
+                targets.append(target)
                 refs.append(bytes.fromhex(hex_id))
     row = (
         instance.id.hex(),
@@ -280,11 +279,7 @@ def _with_owners(items: DataFrame, decoded: DataFrame) -> DataFrame:
 
 def cascade_targets(catalog: Catalog, schema_id: str) -> set[str | None]:
     """The schemas the current lens's cascade relation fields point at."""
-    return {
-        relation_target(spec.relation, catalog.hash_index)
-        for spec in catalog.histories[schema_id].lens.values()
-        if spec.relation is not None and spec.cascade
-    }
+    return {t for _, t in cascade_fields(catalog.histories[schema_id].lens, catalog.hash_index)}
 
 
 def _cascade(

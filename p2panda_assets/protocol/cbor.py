@@ -1,6 +1,6 @@
 """Strict CBOR (RFC 8949) for message payloads: a fast decoder and a canonical encoder.
 
-The decoder accepts exactly the subset SPEC section 2 allows: definite lengths, text map
+The decoder accepts exactly the subset rule M-CBOR allows: definite lengths, text map
 keys, no duplicate keys, nesting depth at most 16 (arrays, maps and tags each count one
 level), one item with no trailing bytes. Integers, byte and text strings, arrays, maps,
 false/true/null, half/single/double floats and the date-time tags 0 and 1 are supported;

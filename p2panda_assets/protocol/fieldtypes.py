@@ -1,4 +1,4 @@
-"""Field types of SPEC section 2: a base type, optionally as an array (`text[]`)."""
+"""Field types (rule M-TYPE, docs/semantics.md): a base type, optionally as an array (`text[]`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Message codecs for SPEC section 2: CBOR payloads <-> frozen dataclasses.
+"""Message codecs (rules M-*, docs/semantics.md): CBOR payloads <-> frozen dataclasses.
 
 Three messages live on schema logs (`schema-meta`, `schema-migration`, `schema-revert`)
 and three on instance logs (`create`, `update`, `delete`). Decoding checks the shape of a
@@ -280,9 +280,9 @@ are case-sensitive (columns are always quoted), so `CTID` is a field like any ot
 
 @lru_cache(maxsize=4096)
 def valid_field_name(name: str) -> bool:
-    """SPEC section 2: 1..63 bytes of UTF-8, no control characters, not starting with `_`,
-    not a PostgreSQL system column name. Case-sensitive. (Cached: the same few names
-    recur on every message of a schema.)"""
+    """Rules M-FIELD-NAME, M-RESERVED-NAME: 1..63 bytes of UTF-8, no control characters,
+    not starting with `_`, not a PostgreSQL system column name. Case-sensitive. (Cached:
+    the same few names recur on every message of a schema.)"""
     size = len(name.encode("utf-8", "surrogatepass"))
     return (
         1 <= size <= FIELD_NAME_MAX_BYTES

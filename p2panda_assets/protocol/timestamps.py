@@ -1,7 +1,7 @@
 """Timestamp text: the one RFC 3339 / ISO 8601 grammar, in two named variants.
 
 `DATE_TIME` is RFC 3339 as CBOR tag 0 holds it: `T` between date and time, an offset of
-hours and minutes (`Z`, `+hh:mm` or `+hhmm`, the form SPEC section 2 uses), any number of
+hours and minutes (`Z`, `+hh:mm` or `+hhmm`, the form rule M-VALUE uses), any number of
 fraction digits, those finer than a microsecond dropped (datetime's resolution).
 
 `TIMESTAMP_TEXT` is the text a `timestamp` field value may be written as, a little looser

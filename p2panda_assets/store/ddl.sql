@@ -52,7 +52,7 @@ CREATE TABLE IF NOT EXISTS p2panda.schemas (
     materialized_at timestamptz
 );
 
--- Where every entry ended (SPEC section 3, Accounting), written by the pipeline. `origin`
+-- Where every entry ended (rule A-ONCE, docs/semantics.md), written by the pipeline. `origin`
 -- names the stage that decided it (verify, chain, schema, pending, instance), so each
 -- stage replaces only its own rows.
 CREATE TABLE IF NOT EXISTS p2panda.accounts (

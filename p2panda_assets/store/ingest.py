@@ -3,8 +3,8 @@
 Ingest does only what one entry alone can tell without a signature check: the entry
 bytes decode, and the payload is the one the entry names. Signatures are verified later,
 once, by the pipeline. Entries that fail here are stored anyway, with their reason as
-`verdict`, so that nothing that reached the store is silently dropped (SPEC section 3,
-Accounting).
+`verdict`, so that nothing that reached the store is silently dropped (rule A-ONCE,
+docs/semantics.md).
 
 Work goes in batches: checked in Python, COPYed into a temporary staging table, then
 merged into `p2panda.entries` by one INSERT ... ON CONFLICT, committed per batch.

@@ -97,7 +97,7 @@ class StoreTotals:
 
 
 def schema_id_for(author: bytes, log_id: int) -> str:
-    """`<author hex>-<log id>` (SPEC section 3)."""
+    """`<author hex>-<log id>` (rule S-ID)."""
     _check_author(author)
     _check_log_id(log_id)
     return format_schema_id(author, log_id)

@@ -37,7 +37,7 @@ def create(panda: Run, schema: str, out: Path, *fields: str) -> str:
 
 @pytest.fixture
 def story(keyed: Run, tmp_path: Path) -> dict:
-    """The seeds' slothmail story up to version 3, each migration checked first; the
+    """The slothmail story (resources/) up to version 3, each migration checked first; the
     reports are kept under their file's name."""
     out = tmp_path / "story.jsonl"
     panda = keyed

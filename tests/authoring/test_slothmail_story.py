@@ -1,4 +1,4 @@
-"""The seeds' slothmail story, end to end through `panda schema` and `panda publish`, one
+"""The slothmail story (resources/), end to end through `panda schema` and `panda publish`, one
 JSON-lines file, and `panda preview` reading it back.
 
 Versions of slothmail: 1 init (meta), 2 slothmail-001 (subject, body, recipient,

@@ -1,10 +1,10 @@
-"""Corpora of the automation tests, built in code (`engine.builder`)."""
+"""Corpora of the automation tests, built in code (`testing.builder`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from p2panda_assets.engine.builder import (
+from p2panda_assets.testing.builder import (
     CorpusBuilder,
     InstanceAuthor,
     SchemaAuthor,

@@ -26,11 +26,11 @@ from p2panda_assets.defs.checks import (
     table_matches_the_current_lens,
 )
 from p2panda_assets.defs.resources import PostgresResource
-from p2panda_assets.engine.builder import CorpusBuilder, create_field, instances, update_field
 from p2panda_assets.pipeline.spark import spark_config
 from p2panda_assets.store.database import DATABASE_URL_ENV, connect, ensure_schema
 from p2panda_assets.store.registry import table_name_for
 from p2panda_assets.store.views import create_views, drop_views
+from p2panda_assets.testing.builder import CorpusBuilder, create_field, instances, update_field
 from tests.automation.store import publish, register_schemas
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]

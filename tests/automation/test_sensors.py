@@ -18,9 +18,9 @@ from p2panda_assets.defs.sensors import (
     schema_registration_sensor,
     schema_revert_sensor,
 )
-from p2panda_assets.engine.builder import create_field, instances, remove_field
 from p2panda_assets.store.database import connect
 from p2panda_assets.store.ingest import ingest
+from p2panda_assets.testing.builder import create_field, instances, remove_field
 from tests.automation.conftest import Tick
 from tests.automation.corpora import Graph, cycle_graph, relation_graph
 from tests.automation.store import finish_runs, index_in_process, publish, register_schemas

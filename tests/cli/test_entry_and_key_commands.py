@@ -1,4 +1,4 @@
-"""`panda entry decode` and `panda key new` as SPEC section 4 says."""
+"""`panda entry decode` and `panda key new` as rule P-ENTRY-JSON says."""
 
 from __future__ import annotations
 

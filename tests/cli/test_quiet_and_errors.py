@@ -15,9 +15,9 @@ import pytest
 
 from p2panda_assets.cli import key_cmd
 from p2panda_assets.cli.main import MAX_INTERNAL_MESSAGE, internal_message, main
-from p2panda_assets.engine.builder import CorpusBuilder, create_field, instances
 from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.jsonlines import entry_line
+from p2panda_assets.testing.builder import CorpusBuilder, create_field, instances
 
 HINT = " (--debug shows the traceback)"
 

@@ -1,4 +1,4 @@
-"""The seeds' slothmail story (the demo's author) served to a test database through the
+"""The slothmail story (the demo's author) served to a test database through the
 real commands: `panda ingest`, `register --name`, `materialize` (Dagster, Spark)."""
 
 from __future__ import annotations

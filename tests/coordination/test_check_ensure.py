@@ -1,4 +1,4 @@
-"""Issue 7, coordination: `panda check` / `panda ensure` across Mentat's outcomes, also
+"""Issue 7, coordination: `panda check` / `panda ensure` across rule P-CHECK's outcomes, also
 after restoring an older dump; name conflicts resolved by registration; the class of
 each migration of the slothmail story, and a lossy one whose fallbacks match the rows."""
 
@@ -13,10 +13,10 @@ import pytest
 from psycopg import sql
 from pyspark.sql import SparkSession
 
-from p2panda_assets.engine.builder import CorpusBuilder, create_field, instances
 from p2panda_assets.jsonlines import entry_line
 from p2panda_assets.store.embedded import bin_path
 from p2panda_assets.store.registry import table_name_for
+from p2panda_assets.testing.builder import CorpusBuilder, create_field, instances
 from tests.conftest import PRODUCT_SCHEMAS
 from tests.coordination.story import Panda, ok, panda_runner, write_story
 

@@ -105,7 +105,7 @@ def test_as_of_every_version_equals_preview_of_the_log_cut_there(
     # The story's own checkpoints: version 3 shows attachments, version 4 hides them and
     # the multi-line subject falls back to its default; the revert (5) equals version 3
     # but for the version names. The delete written at version 4 applies at every version
-    # cut: a delete never waits for the version it names (SPEC section 3, Instances).
+    # cut: a delete never waits for the version it names (rule I-PENDING-3).
     assert "attachments" in built[3][0] and "attachments" not in built[4][0]
     assert "<Subject>" in {row["subject"] for row in built[4]}
     assert len(built[5]) == len(built[4]) == len(built[3])

@@ -23,7 +23,6 @@ from p2panda_assets.cli.main import main
 from p2panda_assets.cli.store_cmd import STATUS_COLUMNS
 from p2panda_assets.definitions import defs
 from p2panda_assets.defs.assets import SCHEMA_TAG, VERSION_TAG
-from p2panda_assets.engine.builder import CorpusBuilder, SchemaAuthor, create_field, instances
 from p2panda_assets.engine.corpus import reduce_corpus
 from p2panda_assets.errors import Reason
 from p2panda_assets.orchestration import JOB, SCHEMAS
@@ -31,12 +30,13 @@ from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store.database import connect, ensure_schema
 from p2panda_assets.store.ingest import ingest
 from p2panda_assets.store.registry import register, table_name_for
+from p2panda_assets.testing.builder import CorpusBuilder, SchemaAuthor, create_field, instances
 from tests.pipeline.compare import engine_accounts, engine_tables, pg_accounts, pg_tables
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
 TABLE = dg.AssetKey("materialized_table")
-SYSTEM_COLUMNS = [  # as PostgreSQL declares them (SPEC section 4)
+SYSTEM_COLUMNS = [  # as PostgreSQL declares them (rule T-ROW)
     ("_instance_id", "text"),
     ("_author", "text"),
     ("_version", "bigint"),

@@ -48,7 +48,7 @@ FAMILY = {"raw_entries", "decoded_messages", "migration_plan", "materialized_tab
 
 # Images the compose file may pull rather than build: official ones only.
 OFFICIAL_IMAGES = {"postgres:16"}
-# What the code reads from the environment (README, SPEC section 4, pipeline/spark.py).
+# What the code reads from the environment (README, pipeline/spark.py).
 CODE_VARIABLES = ("P2PANDA_DATABASE_URL", "SPARK_MASTER", "DAGSTER_HOME", "P2PANDA_HOME")
 
 # The Compose Specification's top-level and service keys, from compose-spec.json as vendored

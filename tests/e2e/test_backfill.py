@@ -42,11 +42,11 @@ import pytest
 from psycopg import sql
 
 from bench.latency import ROOT, DaemonScenario, panda, scenario, stop_process_group
-from p2panda_assets.engine.builder import CorpusBuilder, create_field, instances
 from p2panda_assets.engine.corpus import Corpus, reduce_corpus
 from p2panda_assets.engine.values import to_json
 from p2panda_assets.store.database import connect
 from p2panda_assets.store.registry import table_identifier, table_name_for
+from p2panda_assets.testing.builder import CorpusBuilder, create_field, instances
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.postgres]
 

@@ -7,14 +7,6 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from p2panda_assets.engine.builder import (
-    CorpusBuilder,
-    SchemaAuthor,
-    create_field,
-    instances,
-    remove_field,
-    update_field,
-)
 from p2panda_assets.engine.compatibility import (
     FieldFallbacks,
     Kind,
@@ -27,6 +19,14 @@ from p2panda_assets.engine.conversion import ConversionFailed, convert
 from p2panda_assets.engine.corpus import Table, reduce_corpus
 from p2panda_assets.engine.schema_log import SchemaHistory
 from p2panda_assets.protocol.fieldtypes import FieldType
+from p2panda_assets.testing.builder import (
+    CorpusBuilder,
+    SchemaAuthor,
+    create_field,
+    instances,
+    remove_field,
+    update_field,
+)
 from tests.strategies import TYPES, value_for
 
 SUBJECT_RULE = r"^[^#\r\n].*$"
@@ -48,7 +48,7 @@ def one_field(type_: str, validation: str | None = None) -> tuple[CorpusBuilder,
     return corpus, schema
 
 
-# --- the seeds' slothmail story -------------------------------------------------------
+# --- the slothmail story (resources/) -------------------------------------------------
 
 
 def test_slothmail_story_creates_and_attachments_are_safe_and_003_is_lossy() -> None:

@@ -1,4 +1,4 @@
-"""Field names (SPEC section 2): PostgreSQL's system column names are invalid
+"""Field names (rules M-RESERVED-NAME, M-CASE): PostgreSQL's system column names are invalid
 (`bad-field-name`), and names are case-sensitive: `a` and `A` are two fields, two values
 in every row and two columns."""
 
@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from p2panda_assets.engine.builder import CorpusBuilder, create_field, instances, remove_field
 from p2panda_assets.engine.corpus import State, reduce_corpus
 from p2panda_assets.engine.lens import EMPTY_LENS
 from p2panda_assets.engine.preview import row_json
@@ -15,6 +14,7 @@ from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.protocol.cbor import encode_cbor
 from p2panda_assets.protocol.fieldtypes import FieldType
 from p2panda_assets.protocol.messages import FieldChange, SchemaMigration
+from p2panda_assets.testing.builder import CorpusBuilder, create_field, instances, remove_field
 
 SYSTEM_COLUMNS = ["tableoid", "xmin", "cmin", "xmax", "cmax", "ctid"]
 

@@ -1,4 +1,4 @@
-"""A pending message holds back only its own instance (SPEC section 3, Instances): the
+"""A pending message holds back only its own instance (rules I-PENDING-2, I-PENDING-3): the
 later messages of its log that concern the same instance wait with it, in log order;
 every other message of the log applies; a delete never waits, and supersedes what was
 pending for the instance it deletes."""
@@ -7,12 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-from p2panda_assets.engine.builder import (
-    CorpusBuilder,
-    SchemaAuthor,
-    create_field,
-    instances,
-)
 from p2panda_assets.engine.corpus import (
     Catalog,
     Corpus,
@@ -30,6 +24,12 @@ from p2panda_assets.protocol.messages import (
     SchemaHashRef,
     SchemaVersionRef,
     encode_message,
+)
+from p2panda_assets.testing.builder import (
+    CorpusBuilder,
+    SchemaAuthor,
+    create_field,
+    instances,
 )
 
 UNKNOWN_VERSION_HASH = b"\x00\x20" + b"\x5a" * 32  # a schema version nobody published

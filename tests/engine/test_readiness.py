@@ -12,7 +12,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from p2panda_assets.engine.builder import CorpusBuilder, create_field
 from p2panda_assets.engine.corpus import Catalog, chain_log
 from p2panda_assets.engine.readiness import (
     Registered,
@@ -31,6 +30,7 @@ from p2panda_assets.engine.readiness import (
 from p2panda_assets.engine.relations import BuildOrder
 from p2panda_assets.protocol.entry import decode_entry
 from p2panda_assets.statuses import SchemaStatus
+from p2panda_assets.testing.builder import CorpusBuilder, create_field
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from p2panda_assets.engine.builder import (
+from p2panda_assets.engine.corpus import Corpus, State, reduce_corpus
+from p2panda_assets.errors import Reason
+from p2panda_assets.protocol.messages import SchemaMeta, SchemaVersionRef, encode_message
+from p2panda_assets.testing.builder import (
     CorpusBuilder,
     SchemaAuthor,
     create_field,
@@ -13,9 +16,6 @@ from p2panda_assets.engine.builder import (
     remove_field,
     update_field,
 )
-from p2panda_assets.engine.corpus import Corpus, State, reduce_corpus
-from p2panda_assets.errors import Reason
-from p2panda_assets.protocol.messages import SchemaMeta, SchemaVersionRef, encode_message
 
 SUBJECT_RULE = r"^[^#\r\n].*$"
 

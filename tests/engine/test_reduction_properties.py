@@ -8,7 +8,6 @@ from random import Random
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from p2panda_assets.engine.builder import CorpusBuilder
 from p2panda_assets.engine.corpus import Corpus, State, chain_log, check_record, reduce_corpus
 from p2panda_assets.errors import P2pandaError
 from p2panda_assets.protocol.messages import (
@@ -21,6 +20,7 @@ from p2panda_assets.protocol.messages import (
     is_instance_message,
     is_schema_message,
 )
+from p2panda_assets.testing.builder import CorpusBuilder
 from tests.strategies import corpora
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -149,7 +149,7 @@ def instance_logs(pairs: list[tuple[bytes, bytes]]) -> list[list[tuple[bytes, Me
 def assert_pending_holds_back_only_its_own_instance(
     result: Corpus, pairs: list[tuple[bytes, bytes]]
 ) -> None:
-    """SPEC section 3, Instances, checked entry by entry on every built instance log: a
+    """Rules I-PENDING-2, I-PENDING-3, checked entry by entry on every built instance log: a
     create or update waits exactly when the version it names is not known yet or an
     earlier message of its own instance waits; a delete never waits for those, and once
     applied turns what waited for its instance superseded (nothing of the instance before

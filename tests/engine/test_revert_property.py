@@ -12,14 +12,14 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from p2panda_assets.engine.builder import (
+from p2panda_assets.engine.corpus import reduce_corpus
+from p2panda_assets.testing.builder import (
     CorpusBuilder,
     create_field,
     instances,
     remove_field,
     update_field,
 )
-from p2panda_assets.engine.corpus import reduce_corpus
 
 BASE = [create_field("a", "text"), create_field("b", "integer")]
 # A later migration: (change, the field it needs present (+) or absent (-)).

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from p2panda_assets.engine.builder import (
-    CorpusBuilder,
-    SchemaAuthor,
-    create_field,
-    remove_field,
-    update_field,
-)
 from p2panda_assets.engine.corpus import State, reduce_corpus
 from p2panda_assets.engine.schema_log import SchemaHistory
 from p2panda_assets.errors import Reason
 from p2panda_assets.protocol.fieldtypes import FieldType
 from p2panda_assets.protocol.messages import Create, SchemaVersionRef, encode_message
+from p2panda_assets.testing.builder import (
+    CorpusBuilder,
+    SchemaAuthor,
+    create_field,
+    instances,
+    remove_field,
+    update_field,
+)
 
 
 def new_schema() -> tuple[CorpusBuilder, SchemaAuthor]:
@@ -93,6 +94,19 @@ def test_revert_restores_the_meta_of_its_target() -> None:
     schema.meta("renamed")  # 3
     schema.revert(2)  # 4
     assert history_of(corpus, schema).name == "slothmail"
+
+
+def test_a_migration_removing_the_last_field_drops_the_table() -> None:
+    """Rule S-DROP (docs/semantics.md): no field left, no table; a revert brings it back."""
+    corpus, schema = new_schema()
+    schema.migrate(create_field("a", "text"))  # 2
+    instances(corpus.author(2), 1).create(schema.ref(2), a="kept")
+    schema.migrate(remove_field("a"))  # 3
+    assert reduce_corpus(corpus.pairs).tables[schema.schema_id].dropped
+    schema.revert(2)  # 4
+    table = reduce_corpus(corpus.pairs).tables[schema.schema_id]
+    assert not table.dropped
+    assert [row.values for row in table.rows] == [{"a": "kept"}]
 
 
 def freeze_reason(*steps) -> tuple[SchemaHistory, Reason]:

@@ -27,12 +27,12 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from p2panda_assets.engine.builder import CorpusBuilder, create_field, instances
 from p2panda_assets.engine.corpus import Corpus, reduce_corpus
 from p2panda_assets.failpoints import FAILPOINT_DIR_ENV, FAILPOINT_ENV, Failpoint
 from p2panda_assets.jsonlines import entry_line
 from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store.embedded import ensure_embedded, stop_embedded
+from p2panda_assets.testing.builder import CorpusBuilder, create_field, instances
 from tests.pipeline.compare import engine_accounts, engine_tables, pg_accounts, pg_tables
 from tests.postgres import embedded_home
 

@@ -16,7 +16,6 @@ import json
 import sys
 import time
 
-from p2panda_assets.engine.builder import CorpusBuilder, create_field, instances
 from p2panda_assets.engine.corpus import reduce_corpus
 from p2panda_assets.pipeline.run import run_pipeline
 from p2panda_assets.pipeline.spark import build_session, spark_config
@@ -24,6 +23,7 @@ from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store.database import connect, ensure_schema
 from p2panda_assets.store.ingest import ingest
 from p2panda_assets.store.registry import register
+from p2panda_assets.testing.builder import CorpusBuilder, create_field, instances
 from tests.pipeline.compare import engine_accounts, engine_tables, pg_accounts, pg_tables
 
 

@@ -9,13 +9,13 @@ import threading
 import psycopg
 import pytest
 
-from p2panda_assets.engine.builder import CorpusBuilder, create_field, instances
 from p2panda_assets.engine.corpus import reduce_corpus
 from p2panda_assets.pipeline.run import run_pipeline
 from p2panda_assets.store import tables
 from p2panda_assets.store.database import connect, ensure_schema
 from p2panda_assets.store.ingest import ingest
 from p2panda_assets.store.registry import register, table_name_for
+from p2panda_assets.testing.builder import CorpusBuilder, create_field, instances
 from tests.pipeline.compare import engine_accounts, engine_tables, pg_accounts, pg_tables
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]

@@ -1,4 +1,4 @@
-"""Every value in a table equals what `panda preview` shows for it (SPEC section 4): each
+"""Every value in a table equals what `panda preview` shows for it (rule T-VALUE): each
 field type, its array form and null, with the values a JDBC writer changes or refuses
 (NaN and ±Infinity, timestamps of years 1, 1582 and 9999, blob arrays, empty arrays),
 a 512 KiB blob, 255 emoji in a varchar, and field names that differ only in case or
@@ -13,7 +13,6 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from p2panda_assets.engine.builder import CorpusBuilder, create_field, instances
 from p2panda_assets.engine.corpus import reduce_corpus
 from p2panda_assets.engine.values import to_json
 from p2panda_assets.pipeline.run import run_pipeline
@@ -22,6 +21,7 @@ from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store.database import connect, ensure_schema
 from p2panda_assets.store.ingest import ingest
 from p2panda_assets.store.registry import register, table_name_for
+from p2panda_assets.testing.builder import CorpusBuilder, create_field, instances
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 

@@ -12,9 +12,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from p2panda_assets.engine.builder import CorpusBuilder, create_field, instances
 from p2panda_assets.jsonlines import entry_line
 from p2panda_assets.store.registry import table_name_for
+from p2panda_assets.testing.builder import CorpusBuilder, create_field, instances
 from tests.coordination.story import ok, panda_runner
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.e2e]

@@ -1,4 +1,4 @@
-"""The strict CBOR codec: SPEC section 2's CBOR rules, floats, date-time tags, robustness."""
+"""The strict CBOR codec: rule M-CBOR, floats, date-time tags, robustness."""
 
 from __future__ import annotations
 

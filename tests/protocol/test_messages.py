@@ -1,4 +1,4 @@
-"""Message codecs: SPEC section 2's shapes, keys and reasons, round-trips and robustness."""
+"""Message codecs: rules M-* (shapes, keys and reasons), round-trips and robustness."""
 
 from __future__ import annotations
 

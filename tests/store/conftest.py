@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from p2panda_assets.engine.builder import CorpusBuilder, create_field, instances
+from p2panda_assets.testing.builder import CorpusBuilder, create_field, instances
 
 
 def small_corpus(seed: int = 1) -> list[tuple[bytes, bytes]]:

@@ -21,7 +21,6 @@ import pytest
 from psycopg import sql
 
 from p2panda_assets.cli.main import main
-from p2panda_assets.engine.builder import CorpusBuilder, SchemaAuthor, create_field, instances
 from p2panda_assets.engine.corpus import Row, reduce_corpus
 from p2panda_assets.errors import Reason
 from p2panda_assets.orchestration import SCHEMAS, add_partition
@@ -40,6 +39,7 @@ from p2panda_assets.store.registry import (
     table_name_for,
     version_table_name_for,
 )
+from p2panda_assets.testing.builder import CorpusBuilder, SchemaAuthor, create_field, instances
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -11,7 +11,6 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from p2panda_assets.engine.builder import CorpusBuilder, create_field, update_field
 from p2panda_assets.engine.corpus import Catalog, chain_log
 from p2panda_assets.engine.lens import FieldSpec, lens_from
 from p2panda_assets.protocol.entry import decode_entry
@@ -30,6 +29,7 @@ from p2panda_assets.store.views import (
     smart_comment,
     tag_name,
 )
+from p2panda_assets.testing.builder import CorpusBuilder, create_field, update_field
 
 VIEWS = "SELECT viewname FROM pg_views WHERE schemaname = 'p2panda_api' ORDER BY 1"
 

@@ -1,5 +1,5 @@
 """`entries_are_accounted`: applied + superseded + pending + rejected = the stored entries
-of the schema's logs, each accounted exactly once (SPEC section 3, Accounting)."""
+of the schema's logs, each accounted exactly once (rule A-ONCE, docs/semantics.md)."""
 
 from typing import Any
 
@@ -56,7 +56,7 @@ def accounting(conn: psycopg.Connection, schema_id: str) -> tuple[list[str], dic
     asset=materialized_table,
     partitions_def=schemas,
     description="Every stored entry of the schema's logs is accounted exactly once: applied "
-    "+ superseded + pending + rejected = stored entries (SPEC section 3, Accounting).",
+    "+ superseded + pending + rejected = stored entries (rule A-ONCE, docs/semantics.md).",
 )
 def entries_are_accounted(
     context: dg.AssetCheckExecutionContext, postgres: PostgresResource

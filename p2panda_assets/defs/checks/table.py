@@ -181,7 +181,7 @@ def _history(plan: MigrationPlan) -> SchemaHistory:
 
 
 def expected_pg_types(history: SchemaHistory) -> dict[str, str]:
-    """Column -> type as PostgreSQL's `format_type` writes it (SPEC section 4, Registry)."""
+    """Column -> type as PostgreSQL's `format_type` writes it (rule T-TYPE, docs/semantics.md)."""
     expected = dict(SYSTEM_TYPES)
     for _, name, ftype in field_columns(history.lens):
         expected[name] = format_type_spelling(pg_type(ftype))

@@ -1,6 +1,7 @@
-"""Building corpora in code: authors publishing schema and instance messages as signed
-entries. Tests, property-based corpora and benchmarks share it; it is also the shortest
-way to see what a corpus looks like."""
+"""Building corpora in code, for tests and benchmarks only (not the product's semantics):
+authors publishing schema and instance messages as signed entries. Tests, property-based
+corpora and benchmarks share it; it is also the shortest way to see what a corpus looks
+like."""
 
 from __future__ import annotations
 
