@@ -6,8 +6,7 @@
   migration plan's current lens, over the PostgreSQL table, plus the table's column types
   as PostgreSQL declares them (Spark reads varchar and text alike).
 - `entries_are_accounted` (`accounting`): applied + superseded + pending + rejected = the
-  stored entries of the schema's logs, each accounted exactly once (rule A-ONCE,
-  Accounting).
+  stored entries of the schema's logs, each accounted exactly once (rule A-ONCE).
 
 The pandera building blocks (`Tally`, findings as lines) are in `tally`; the SQL the
 checks run is in `store.accounting` and `store.columns`.
