@@ -4,12 +4,18 @@ gets a new worker), and a cancelled run is interrupted."""
 
 from __future__ import annotations
 
+import logging
+import os
+import socket
+import subprocess
 import time
 from collections.abc import Iterator
 
 import dagster as dg
 import pytest
+from dagster._daemon.monitoring.run_monitoring import monitor_started_run
 
+from p2panda_assets.dead_runs import HOST_TAG, PID_TAG
 from p2panda_assets.resident.launcher import ResidentRunLauncher
 from tests.resident import jobs
 
@@ -106,3 +112,53 @@ def test_a_worker_whose_spark_stopped_leaves_and_the_next_run_gets_a_new_one(
     after = launch(instance, jobs.which_process)
     wait_for(instance, after, dg.DagsterRunStatus.SUCCESS)
     assert reported_pid(instance, after) != first.process.pid
+
+
+def test_a_run_whose_worker_is_gone_is_failed_by_dagsters_run_monitoring(
+    instance: dg.DagsterInstance,
+) -> None:
+    """When the daemon dies with its worker, nobody is left to fail the worker's runs;
+    the next daemon's run monitoring asks the launcher, which finds the worker's process
+    gone. A run of a live worker, or one the launcher cannot tell about, is running."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    here = socket.gethostname()
+    job = jobs.which_process
+    recon = dg.reconstructable(job)
+    runs = {}
+    for name, tags in {
+        "dead": {PID_TAG: str(gone.pid), HOST_TAG: here},
+        "alive": {PID_TAG: str(os.getpid()), HOST_TAG: here},
+        "elsewhere": {PID_TAG: str(gone.pid), HOST_TAG: f"not-{here}"},
+        "untagged": {},
+    }.items():
+        run = instance.create_run_for_job(
+            job_def=job, job_code_origin=recon.get_python_origin(), tags=tags
+        )
+        instance.handle_new_event(
+            dg.EventLogEntry(
+                error_info=None,
+                level="INFO",
+                user_message="",
+                run_id=run.run_id,
+                timestamp=time.time(),
+                dagster_event=dg.DagsterEvent(
+                    dg.DagsterEventType.RUN_START.value, job_name=run.job_name
+                ),
+            )
+        )
+        runs[name] = run.run_id
+    logger = logging.getLogger("test")
+    for run_id in runs.values():
+        record = instance.get_run_record_by_id(run_id)
+        assert record is not None and record.dagster_run.status == dg.DagsterRunStatus.STARTED
+        monitor_started_run(instance, None, record, logger)  # type: ignore[arg-type]
+    statuses = {name: instance.get_run_by_id(run_id).status for name, run_id in runs.items()}
+    assert statuses == {
+        "dead": dg.DagsterRunStatus.FAILURE,
+        "alive": dg.DagsterRunStatus.STARTED,
+        "elsewhere": dg.DagsterRunStatus.STARTED,
+        "untagged": dg.DagsterRunStatus.STARTED,
+    }
+    failures = instance.all_logs(runs["dead"], of_type=dg.DagsterEventType.RUN_FAILURE)
+    assert any(f"({gone.pid} on {here}) is gone" in (e.message or "") for e in failures)
