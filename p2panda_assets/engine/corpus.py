@@ -40,8 +40,10 @@ from p2panda_assets.protocol.ids import format_schema_id
 from p2panda_assets.protocol.log import validate_log
 from p2panda_assets.protocol.messages import (
     Create,
+    Delete,
     Message,
     SchemaHashRef,
+    Update,
     VersionedSchema,
     decode_message,
     is_schema_message,
@@ -138,7 +140,10 @@ class ChainedLog:
     def summary(self) -> LogSummary:
         messages = [m for _, _, m in self.items if not isinstance(m, P2pandaError)]
         is_schema = bool(messages) and is_schema_message(messages[0])
-        first_ref = next((m.schema for m in messages if getattr(m, "schema", None)), None)
+        first_ref = next(
+            (m.schema for m in messages if isinstance(m, Create | Update | Delete) and m.schema),
+            None,
+        )
         return LogSummary(is_schema, None if is_schema else first_ref)
 
 

@@ -12,10 +12,9 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from p2panda_assets.engine.validation import Validation, compile_validation
+from p2panda_assets.engine.values import Value as Value  # re-exported
 from p2panda_assets.protocol.fieldtypes import FieldType
 from p2panda_assets.protocol.messages import SchemaRef
-
-Value = object
 
 
 @dataclass(frozen=True, slots=True)
