@@ -21,6 +21,7 @@ from p2panda_assets.protocol.entry import Entry, verify_entry
 from p2panda_assets.protocol.ids import AUTHOR_HEX, format_schema_id, read_typed_schema_id
 from p2panda_assets.protocol.log import validate_log
 from p2panda_assets.protocol.messages import (
+    Message,
     SchemaLogRef,
     SchemaRef,
     SchemaVersionRef,
@@ -159,7 +160,7 @@ def foreign_history(author: bytes, log_id: int, paths: Sequence[str]) -> SchemaH
     return fold_schema_log(author, log_id, items)
 
 
-def _decode(payload: bytes) -> object:
+def _decode(payload: bytes) -> Message | P2pandaError:
     try:
         return decode_message(payload)
     except P2pandaError as error:
