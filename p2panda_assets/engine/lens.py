@@ -42,8 +42,8 @@ class _FrozenFields(dict[str, FieldSpec]):
     def _refuse(self, *args: object, **kwargs: object) -> NoReturn:
         raise TypeError("a lens is read-only; build a new one with lens_from")
 
-    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _refuse  # type: ignore[assignment]
-    __ior__ = _refuse  # type: ignore[assignment]
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _refuse
+    __ior__ = _refuse
 
     def __reduce__(self) -> tuple[type, tuple[dict[str, FieldSpec]]]:
         return (type(self), (dict(self),))

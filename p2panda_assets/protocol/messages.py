@@ -490,7 +490,7 @@ def _relation_keys(
     cascade = change.get("cascade")
     if cascade is not None and type(cascade) is not bool:
         raise _fail(Reason.BAD_TYPE, f"{where} 'cascade' must be a boolean")
-    return schema, cascade  # type: ignore[return-value]
+    return schema, cascade
 
 
 def _encode_change(change: FieldChange) -> dict[str, object]:
