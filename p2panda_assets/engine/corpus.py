@@ -520,11 +520,15 @@ def _check_all(
         if checked.log is not None:
             log_of[checked.key] = checked.log
         if checked.entry is not None:
+            assert payload is not None  # an entry verifies only with its payload
             if checked.key in good:
                 corpus.duplicates += 1
-            good[checked.key] = (checked.entry, payload)  # type: ignore[assignment]
-        elif checked.key not in bad or _smaller(checked.rejection, bad[checked.key]):
-            bad[checked.key] = checked.rejection  # type: ignore[assignment]
+            good[checked.key] = (checked.entry, payload)
+        else:
+            rejection = checked.rejection
+            assert rejection is not None  # no entry: a rejection says why
+            if checked.key not in bad or _smaller(rejection, bad[checked.key]):
+                bad[checked.key] = rejection
     for key, rejection in bad.items():
         if key not in good:
             corpus.accounts[key] = Account.of(State.REJECTED, rejection, None)
