@@ -167,7 +167,7 @@ def run_failure(result: dg.ExecuteInProcessResult, schema_id: str) -> Failed:
         data = event.step_failure_data if event.is_step_failure else None
         failure = data.user_failure_data if data else None
         if failure is not None and "reason" in failure.metadata:
-            reason = Reason(failure.metadata["reason"].value)
+            reason = Reason(str(failure.metadata["reason"].value))  # text metadata
             return Failed(schema_id, reason, failure.description or "")
     for event in result.all_events:
         data = event.step_failure_data if event.is_step_failure else None

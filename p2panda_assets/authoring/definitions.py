@@ -29,9 +29,11 @@ from p2panda_assets.protocol.messages import (
     ABSENT,
     ACTIONS,
     FieldChange,
+    FieldValue,
     SchemaMeta,
     SchemaMigration,
     SchemaVersionRef,
+    _Absent,
     check_field_name,
 )
 
@@ -203,21 +205,23 @@ def field_change(
     validation = change.get("validation")
     if validation is not None and not isinstance(validation, str):
         raise P2pandaError(Reason.BAD_TYPE, f"{where}.validation must be text")
-    default = ABSENT
+    default: FieldValue | _Absent = ABSENT
     if "default" in change:
         default = _default(change["default"], ftype, where)
     elif action == "update":
         raise P2pandaError(Reason.MISSING_KEY, f"{where}: an update needs a default")
     schema, cascade = None, None
     if ftype.is_relation:
-        inherit = current is not None and current.type.is_relation
+        inherit = current if current is not None and current.type.is_relation else None
         if "schema" in change:
             schema = schema_ref(me, change["schema"])
-        elif inherit:
-            schema = current.relation
+        elif inherit is not None:
+            schema = inherit.relation
         else:
             raise P2pandaError(Reason.MISSING_KEY, f"{where}: a {ftype} field needs a schema")
-        cascade = change.get("cascade", current.cascade if inherit and current.cascade else None)
+        cascade = change.get(
+            "cascade", inherit.cascade if inherit is not None and inherit.cascade else None
+        )
         if cascade is not None and not isinstance(cascade, bool):
             raise P2pandaError(Reason.BAD_TYPE, f"{where}.cascade must be true or false")
     else:
@@ -241,7 +245,7 @@ def _field_type(change: Mapping[str, Any], current: FieldType | None, where: str
         raise P2pandaError(error.reason, f"{where}: {error.message}") from None
 
 
-def _default(data: object, ftype: FieldType, where: str) -> object:
+def _default(data: object, ftype: FieldType, where: str) -> FieldValue:
     try:
         return raw_from_data(data, ftype, f"{where}.default")
     except P2pandaError as error:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from p2panda_assets.authoring.state import AuthorState, LogRecord
 from p2panda_assets.engine.schema_log import SchemaHistory, fold_schema_log
@@ -21,6 +22,7 @@ from p2panda_assets.protocol.entry import Entry, verify_entry
 from p2panda_assets.protocol.ids import AUTHOR_HEX, format_schema_id, read_typed_schema_id
 from p2panda_assets.protocol.log import validate_log
 from p2panda_assets.protocol.messages import (
+    Message,
     SchemaLogRef,
     SchemaRef,
     SchemaVersionRef,
@@ -130,10 +132,12 @@ def _ref_from_list(items: list[object]) -> SchemaRef:
             Reason.BAD_VALUE,
             f"{items!r} is not [author hex, log id] or [author hex, log id, version]",
         )
-    author = bytes.fromhex(items[0])  # type: ignore[arg-type]
-    if len(items) == 2:
-        return SchemaLogRef(author, items[1])  # type: ignore[arg-type]
-    return SchemaVersionRef(author, items[1], items[2])  # type: ignore[arg-type]
+    # Checked just above: author hex text, then non-negative ints.
+    author = bytes.fromhex(cast(str, items[0]))
+    numbers = cast(list[int], items[1:])
+    if len(numbers) == 1:
+        return SchemaLogRef(author, numbers[0])
+    return SchemaVersionRef(author, numbers[0], numbers[1])
 
 
 def foreign_history(author: bytes, log_id: int, paths: Sequence[str]) -> SchemaHistory:
@@ -159,7 +163,7 @@ def foreign_history(author: bytes, log_id: int, paths: Sequence[str]) -> SchemaH
     return fold_schema_log(author, log_id, items)
 
 
-def _decode(payload: bytes) -> object:
+def _decode(payload: bytes) -> Message | P2pandaError:
     try:
         return decode_message(payload)
     except P2pandaError as error:

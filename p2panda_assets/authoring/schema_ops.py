@@ -67,9 +67,9 @@ def init_schema(
             raise P2pandaError(Reason.BAD_NAME, "name the schema: `panda schema NAME init`")
         name = file_name
     if name in me.schemas:
-        record = me.schemas[name]
+        existing = me.schemas[name]
         raise P2pandaError(
-            Reason.SCHEMA_EXISTS, f"schema {name!r} already exists here ({record.schema_id})"
+            Reason.SCHEMA_EXISTS, f"schema {name!r} already exists here ({existing.schema_id})"
         )
     notes = []
     if isinstance(file_name, str) and file_name != name:

@@ -168,11 +168,14 @@ def snapshot(schema_id: str, story: Path) -> Snapshot:
         cursor = conn.execute(
             sql.SQL("SELECT * FROM {} ORDER BY _instance_id").format(table_identifier(table))
         )
+        assert cursor.description is not None  # a SELECT has columns
         columns = [c.name for c in cursor.description]
         records = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
-        (version,) = conn.execute(
+        found = conn.execute(
             "SELECT version FROM p2panda.schemas WHERE schema_id = %s", (schema_id,)
         ).fetchone()
+        assert found is not None  # its table was just read, so the schema is registered
+        (version,) = found
     corpus = reduce_corpus(item for item in read_entry_lines([story]) if isinstance(item, tuple))
     rows = {str(record["_instance_id"]): record for record in records}
     return Snapshot(schema_id, table, version, columns, rows, corpus)

@@ -172,6 +172,6 @@ def _writes_to_descriptor_2(stream: TextIO) -> bool:
         return False
 
 
-def _flush(stream: TextIO) -> None:
+def _flush(stream: TextIO | io.TextIOBase) -> None:
     with suppress(AttributeError, OSError, ValueError):
         stream.flush()

@@ -43,9 +43,12 @@ def apply_cascades(
             if instance.deleted_by is not None:
                 continue
             for name, target in cascades:
-                gone = (
-                    deleted if target == history.schema_id else deleted_upstream.get(target, set())
-                )
+                if target == history.schema_id:
+                    gone = deleted
+                elif target is None:  # a version hash not known yet: nothing deleted there
+                    gone = set()
+                else:
+                    gone = deleted_upstream.get(target, set())
                 hit = _points_into(instance.values.get(name), gone)
                 if hit is not None:
                     instance.deleted_by = hit

@@ -279,6 +279,7 @@ def convert(value: Value, source: FieldType, target: FieldType) -> Value:
     if value is None:
         return None
     if not source.is_array:
+        assert not isinstance(value, tuple)  # canonical at a scalar type
         converted = convert_scalar(value, source.base, target.base)
         return (converted,) if target.is_array else converted
     assert isinstance(value, tuple)

@@ -40,8 +40,10 @@ from p2panda_assets.protocol.ids import format_schema_id
 from p2panda_assets.protocol.log import validate_log
 from p2panda_assets.protocol.messages import (
     Create,
+    Delete,
     Message,
     SchemaHashRef,
+    Update,
     VersionedSchema,
     decode_message,
     is_schema_message,
@@ -138,7 +140,10 @@ class ChainedLog:
     def summary(self) -> LogSummary:
         messages = [m for _, _, m in self.items if not isinstance(m, P2pandaError)]
         is_schema = bool(messages) and is_schema_message(messages[0])
-        first_ref = next((m.schema for m in messages if getattr(m, "schema", None)), None)
+        first_ref = next(
+            (m.schema for m in messages if isinstance(m, Create | Update | Delete) and m.schema),
+            None,
+        )
         return LogSummary(is_schema, None if is_schema else first_ref)
 
 
@@ -515,11 +520,15 @@ def _check_all(
         if checked.log is not None:
             log_of[checked.key] = checked.log
         if checked.entry is not None:
+            assert payload is not None  # an entry verifies only with its payload
             if checked.key in good:
                 corpus.duplicates += 1
-            good[checked.key] = (checked.entry, payload)  # type: ignore[assignment]
-        elif checked.key not in bad or _smaller(checked.rejection, bad[checked.key]):
-            bad[checked.key] = checked.rejection  # type: ignore[assignment]
+            good[checked.key] = (checked.entry, payload)
+        else:
+            rejection = checked.rejection
+            assert rejection is not None  # no entry: a rejection says why
+            if checked.key not in bad or _smaller(rejection, bad[checked.key]):
+                bad[checked.key] = rejection
     for key, rejection in bad.items():
         if key not in good:
             corpus.accounts[key] = Account.of(State.REJECTED, rejection, None)

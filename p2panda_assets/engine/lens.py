@@ -12,10 +12,9 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from p2panda_assets.engine.validation import Validation, compile_validation
+from p2panda_assets.engine.values import Value as Value  # re-exported
 from p2panda_assets.protocol.fieldtypes import FieldType
 from p2panda_assets.protocol.messages import SchemaRef
-
-Value = object
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,8 +42,8 @@ class _FrozenFields(dict[str, FieldSpec]):
     def _refuse(self, *args: object, **kwargs: object) -> NoReturn:
         raise TypeError("a lens is read-only; build a new one with lens_from")
 
-    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _refuse  # type: ignore[assignment]
-    __ior__ = _refuse  # type: ignore[assignment]
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _refuse
+    __ior__ = _refuse
 
     def __reduce__(self) -> tuple[type, tuple[dict[str, FieldSpec]]]:
         return (type(self), (dict(self),))

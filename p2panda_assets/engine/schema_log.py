@@ -145,8 +145,7 @@ def _fold_one(
 def _revert_is_ignored(history: SchemaHistory, target: int, seq: int) -> bool:
     """A revert to t at r is ignored if a revert between t and r targets a version before t."""
     return any(
-        isinstance(history.versions[s].message, SchemaRevert)
-        and history.versions[s].message.target < target
+        isinstance(message := history.versions[s].message, SchemaRevert) and message.target < target
         for s in range(target + 1, seq)
     )
 

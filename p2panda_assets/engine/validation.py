@@ -95,6 +95,10 @@ def validates(value: Value, ftype: FieldType, validation: Validation | None) -> 
         return True
     if ftype.is_array:
         assert isinstance(value, tuple)
-        return all(validation.matches(item) for item in value)
+        for item in value:
+            assert isinstance(item, str)  # canonical elements of a text type
+            if not validation.matches(item):
+                return False
+        return True
     assert isinstance(value, str)
     return validation.matches(value)

@@ -23,6 +23,7 @@ import pyarrow as pa
 from psycopg import sql
 from pyspark.sql import DataFrame
 
+from p2panda_assets.pipeline.groups import arrow_schema
 from p2panda_assets.store.pipeline_state import Stage
 
 # The columns of p2panda.accounts every stage of the pipeline writes (origin aside).
@@ -34,7 +35,7 @@ ACCOUNT_COLUMNS = (
     ("message", "text"),
 )
 RESULT_SPARK = "dest string, rows long, error string"
-RESULT_ARROW = pa.schema([("dest", pa.string()), ("rows", pa.int64()), ("error", pa.string())])
+RESULT_ARROW = arrow_schema([("dest", pa.string()), ("rows", pa.int64()), ("error", pa.string())])
 
 
 @dataclass(frozen=True, slots=True)

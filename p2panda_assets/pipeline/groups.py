@@ -19,6 +19,12 @@ Row = dict[str, object]
 OUTPUT_BATCH = 4096  # rows per Arrow batch handed back to Spark
 
 
+def arrow_schema(fields: list[tuple[str, pa.DataType]]) -> pa.Schema:
+    """`pa.schema(fields)`, its argument typed so a literal list of mixed Arrow types
+    type-checks (inferred alone, it would be a list of `object`)."""
+    return pa.schema(fields)
+
+
 def map_groups(
     frame: DataFrame,
     keys: Sequence[str],

@@ -13,7 +13,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass, replace
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 import pyarrow as pa
@@ -26,6 +26,7 @@ from p2panda_assets.engine.corpus import (
     Assignment,
     Catalog,
     ChainedLog,
+    LogItem,
     LogKey,
     LogSummary,
     chain_log,
@@ -37,7 +38,7 @@ from p2panda_assets.engine.relations import BuildOrder
 from p2panda_assets.errors import P2pandaError, Pending, Reason
 from p2panda_assets.failpoints import Failpoint, failpoint
 from p2panda_assets.pipeline.copy import ACCOUNT_COLUMNS, Target, copy_frame
-from p2panda_assets.pipeline.groups import Row, map_groups
+from p2panda_assets.pipeline.groups import Row, arrow_schema, map_groups
 from p2panda_assets.pipeline.verify import current_warehouse, verify_new_entries
 from p2panda_assets.pipeline.warehouse import (
     NO_SCHEMA,
@@ -50,6 +51,7 @@ from p2panda_assets.pipeline.warehouse import (
 from p2panda_assets.protocol.entry import decode_entry
 from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.protocol.messages import (
+    Message,
     SchemaHashRef,
     SchemaVersionRef,
     VersionedSchema,
@@ -63,7 +65,7 @@ from p2panda_assets.store.catalog import stored_catalog as stored_catalog  # re-
 ACCOUNT_SPARK = "hash binary, schema_id string, state string, reason string, message string"
 # One row per accepted entry (`item`), per log (`log`: its summary) and per entry the
 # chain rules rejected or hold pending (`account`).
-CHAIN_ARROW = pa.schema(
+CHAIN_ARROW = arrow_schema(
     [
         ("row_type", pa.string()),
         ("author", pa.binary()),
@@ -84,7 +86,7 @@ CHAIN_ARROW = pa.schema(
         ("message", pa.string()),
     ]
 )
-ACCOUNT_ARROW = pa.schema(
+ACCOUNT_ARROW = arrow_schema(
     [
         ("hash", pa.binary()),
         ("schema_id", pa.string()),
@@ -144,11 +146,12 @@ def account_rows(accounts: Accounts) -> list[dict[str, object]]:
 def _chain_group(rows: list[Row]) -> list[Row]:
     """One log through the engine's `chain_log`: its accepted items, its summary, and
     the accounts of the entries the chain rules reject or hold."""
-    author, log_id = rows[0]["author"], int(rows[0]["log_id"])  # type: ignore[call-overload]
+    # Column types from the decoded frame: binary -> bytes, decimal(20,0) -> Decimal.
+    author, log_id = cast(bytes, rows[0]["author"]), int(cast(Decimal, rows[0]["log_id"]))
     log = chain_log(
-        author,  # type: ignore[arg-type]
+        author,
         log_id,
-        [(decode_entry(row["entry"]), row["payload"]) for row in rows],  # type: ignore[arg-type]
+        [(decode_entry(cast(bytes, row["entry"])), cast(bytes, row["payload"])) for row in rows],
     )
     by_hash = {row["hash"]: row for row in rows}
     key = {"author": author, "log_id": Decimal(log_id)}
@@ -186,16 +189,18 @@ def _chain_group(rows: list[Row]) -> list[Row]:
 def items_log(rows: list[Row]) -> ChainedLog:
     """A log's chained rows back as the engine's `ChainedLog` (messages decoded from
     their payload: the columnar store holds bytes, not Python objects)."""
-    items = []
-    for row in sorted(rows, key=lambda r: r["seq"]):  # type: ignore[arg-type, return-value]
-        payload: bytes = row["payload"]  # type: ignore[assignment]
+    # Column types from CHAIN_ARROW: binary -> bytes, decimal(20,0) -> Decimal.
+    items: list[LogItem] = []
+    for row in sorted(rows, key=lambda r: cast(Decimal, r["seq"])):
+        payload = cast(bytes, row["payload"])
+        message: Message | P2pandaError
         try:
-            message: object = decode_message(payload)
+            message = decode_message(payload)
         except P2pandaError as error:
             message = error
-        items.append((int(row["seq"]), row["hash"], message))  # type: ignore[call-overload]
-    author, log_id = rows[0]["author"], int(rows[0]["log_id"])  # type: ignore[call-overload]
-    return ChainedLog(author, log_id, items, {})  # type: ignore[arg-type]
+        items.append((int(cast(Decimal, row["seq"])), cast(bytes, row["hash"]), message))
+    author, log_id = cast(bytes, rows[0]["author"]), int(cast(Decimal, rows[0]["log_id"]))
+    return ChainedLog(author, log_id, items, {})
 
 
 def summary_of(row: dict[str, Any]) -> tuple[LogKey, LogSummary]:
@@ -426,7 +431,7 @@ def _index_accounts(
 def _pending_group(rows: list[Row]) -> list[Row]:
     log = items_log(rows)
     first = rows[0]
-    schema_id: str | None = first["plan_schema"]  # type: ignore[assignment]
+    schema_id = cast(str | None, first["plan_schema"])
     if first["plan"] == LogAssignment.DUPLICATE:
         assert schema_id is not None
         accounts = duplicate_log_accounts(log, schema_id)

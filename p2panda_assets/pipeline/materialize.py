@@ -19,11 +19,11 @@ import secrets
 import traceback
 from collections.abc import Sequence
 from decimal import Decimal
+from typing import cast
 
 import psycopg
 import pyarrow as pa
-from pyspark import StorageLevel
-from pyspark.broadcast import Broadcast
+from pyspark import Broadcast, StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -48,7 +48,7 @@ from p2panda_assets.pipeline.copy import (
     copy_partitions,
     copy_type,
 )
-from p2panda_assets.pipeline.groups import Row, map_groups
+from p2panda_assets.pipeline.groups import Row, arrow_schema, map_groups
 from p2panda_assets.pipeline.index import IndexResult, account_rows, items_log
 from p2panda_assets.protocol.ids import checked_schema_id
 from p2panda_assets.statuses import Assignment, BuildStatus
@@ -62,7 +62,7 @@ from p2panda_assets.store.pipeline_state import (
 from p2panda_assets.store.registry import table_name_for, version_table_name_for
 from p2panda_assets.store.tables import Outcome
 
-REDUCED_ARROW = pa.schema(
+REDUCED_ARROW = arrow_schema(
     [
         ("row_type", pa.string()),  # instance | account | error
         ("schema", pa.string()),
@@ -137,7 +137,7 @@ def _materialize(
     schema_ids = ordered([checked_schema_id(s) for s in schema_ids], order)
     outcomes = {s: _outcome(catalog, order, s, as_of) for s in schema_ids}
     built_from = tables.built_fingerprints(conn, schema_ids) if as_of is None else {}
-    ready = []
+    ready: list[str] = []
     for schema_id in schema_ids:
         outcome = outcomes[schema_id]
         why = why_pending(conn, catalog, order, schema_id, set(ready))
@@ -239,14 +239,18 @@ def _instance_row(catalog: Catalog, schema_id: str, instance: Instance) -> dict[
 def _reduce_rows(catalog: Catalog, rows: list[Row]) -> list[Row]:
     """One instance log through the engine's `reduce_instance_log`: its instances as
     table rows (with what cascades and accounts need), and its entries' accounts."""
-    schema_id: str = rows[0]["schema"]  # type: ignore[assignment]
+    # Column types from the items frame: string -> str, binary -> bytes, decimal -> Decimal.
+    schema_id = cast(str, rows[0]["schema"])
     try:
-        owners = {
-            row["instance"]: (row["owner_author"], int(row["owner_log"]))  # type: ignore[call-overload]
+        owners: dict[bytes, tuple[bytes, int]] = {
+            cast(bytes, row["instance"]): (
+                cast(bytes, row["owner_author"]),
+                int(cast(Decimal, row["owner_log"])),
+            )
             for row in rows
             if row["owner_author"] is not None
         }
-        reduction = reduce_instance_log(catalog, schema_id, items_log(rows), owners.get)  # type: ignore[arg-type]
+        reduction = reduce_instance_log(catalog, schema_id, items_log(rows), owners.get)
         out = [_instance_row(catalog, schema_id, i) for i in reduction.instances.values()]
     except Exception as error:  # one log's failure fails only its schema
         detail = "".join(traceback.format_exception_only(error)).strip()
@@ -256,7 +260,7 @@ def _reduce_rows(catalog: Catalog, rows: list[Row]) -> list[Row]:
     return out
 
 
-def _reduce(items: DataFrame, broadcast: Broadcast) -> DataFrame:
+def _reduce(items: DataFrame, broadcast: Broadcast[Catalog]) -> DataFrame:
     def reduce_group(rows: list[Row]) -> list[Row]:
         return _reduce_rows(broadcast.value, rows)
 

@@ -21,13 +21,14 @@ from pyspark.sql import functions as F
 from p2panda_assets.engine.corpus import check_record
 from p2panda_assets.failpoints import Failpoint, failpoint
 from p2panda_assets.pipeline.copy import ACCOUNT_COLUMNS, Target, copy_frame, copy_rows
+from p2panda_assets.pipeline.groups import arrow_schema
 from p2panda_assets.pipeline.jdbc import read_partitioned
 from p2panda_assets.pipeline.warehouse import Warehouse, children, exists, remove, warehouse_root
 from p2panda_assets.protocol.message_index import message_index
 from p2panda_assets.store import pipeline_state as state_sql
 from p2panda_assets.store.database import jdbc_options
 
-VERIFIED_ARROW = pa.schema(
+VERIFIED_ARROW = arrow_schema(
     [
         ("ingest_seq", pa.int64()),
         ("hash", pa.binary()),
@@ -97,8 +98,8 @@ def _verify_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatc
                     index = message_index(payload)
                     for name, value in zip(VERIFIED_ARROW.names[-5:], index, strict=True):
                         row[name] = value
-            for name, value in row.items():
-                out[name].append(value)
+            for name, column_value in row.items():
+                out[name].append(column_value)
         yield pa.RecordBatch.from_pydict(out, schema=VERIFIED_ARROW)
 
 

@@ -63,8 +63,9 @@ class Warehouse:
 
 
 def _filesystem(spark: SparkSession, path: str):
-    jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
-    conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None  # a classic (non-Connect) session always has its JVM gateway
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
     hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
     return hadoop_path.getFileSystem(conf), hadoop_path
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
 from functools import lru_cache
-from typing import ClassVar, Literal, TypeAlias, get_args
+from typing import ClassVar, Literal, TypeAlias, TypeGuard, get_args
 
 from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.protocol.cbor import decode_cbor, encode_cbor
@@ -196,12 +196,12 @@ SCHEMA_MESSAGE_TYPES: tuple[type[SchemaMessage], ...] = (SchemaMeta, SchemaMigra
 INSTANCE_MESSAGE_TYPES: tuple[type[InstanceMessage], ...] = (Create, Update, Delete)
 
 
-def is_schema_message(message: Message) -> bool:
+def is_schema_message(message: Message) -> TypeGuard[SchemaMessage]:
     """True for messages that belong on a schema log."""
     return isinstance(message, SCHEMA_MESSAGE_TYPES)
 
 
-def is_instance_message(message: Message) -> bool:
+def is_instance_message(message: Message) -> TypeGuard[InstanceMessage]:
     """True for messages that belong on an author's instance log."""
     return isinstance(message, INSTANCE_MESSAGE_TYPES)
 
@@ -490,7 +490,7 @@ def _relation_keys(
     cascade = change.get("cascade")
     if cascade is not None and type(cascade) is not bool:
         raise _fail(Reason.BAD_TYPE, f"{where} 'cascade' must be a boolean")
-    return schema, cascade  # type: ignore[return-value]
+    return schema, cascade
 
 
 def _encode_change(change: FieldChange) -> dict[str, object]:

@@ -63,7 +63,8 @@ class _Worker:
         os.close(write_fd)
         self.unfinished: set[str] = set()
         self.lock = threading.Lock()
-        self._stdin: IO[str] = self.process.stdin  # type: ignore[assignment]
+        assert self.process.stdin is not None  # stdin=PIPE
+        self._stdin: IO[str] = self.process.stdin
         self._stdin.write(serialize_value(instance.get_ref()) + "\n")
         self._stdin.flush()
         self._reports = os.fdopen(read_fd, "r")

@@ -67,8 +67,8 @@ def ensure_schema(conn: psycopg.Connection) -> None:
             return
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK_KEY,))
         if _applied_mark(conn) != mark:
-            conn.execute(text)  # type: ignore[arg-type]  # trusted, multi-statement
-            conn.execute(f"COMMENT ON SCHEMA p2panda IS '{mark}'")  # type: ignore[arg-type]
+            conn.execute(text)  # trusted, multi-statement
+            conn.execute(f"COMMENT ON SCHEMA p2panda IS '{mark}'")
 
 
 def _applied_mark(conn: psycopg.Connection) -> str | None:

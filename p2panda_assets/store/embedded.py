@@ -352,9 +352,6 @@ def _run(command: list[str], user: pwd.struct_passwd | None, cwd: Path | None = 
     Output goes to temporary files, not pipes: the postmaster pg_ctl starts would
     otherwise inherit a pipe and keep us waiting.
     """
-    as_user: dict[str, object] = {}
-    if user is not None:
-        as_user = {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
     with tempfile.TemporaryFile() as output:
         result = subprocess.run(
             command,
@@ -364,7 +361,10 @@ def _run(command: list[str], user: pwd.struct_passwd | None, cwd: Path | None = 
             cwd=cwd,
             timeout=START_TIMEOUT + 30,
             check=False,
-            **as_user,  # type: ignore[arg-type]
+            # None (the defaults): run as ourselves
+            user=None if user is None else user.pw_uid,
+            group=None if user is None else user.pw_gid,
+            extra_groups=None if user is None else [],
         )
         if result.returncode != 0:
             output.seek(0)

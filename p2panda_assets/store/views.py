@@ -108,17 +108,17 @@ def create_views(conn: psycopg.Connection) -> None:
                 versions.append((claim.schema_id, claim.version, view_made))
     _comment_views(conn, made)
     conn.execute("UPDATE p2panda.schemas SET view_name = NULL, view_conflict = NULL")
-    for schema_id, (view, conflict) in current.items():
+    for schema_id, (view_name, conflict) in current.items():
         conn.execute(
             "UPDATE p2panda.schemas SET view_name = %s, view_conflict = %s WHERE schema_id = %s",
-            (view, conflict, schema_id),
+            (view_name, conflict, schema_id),
         )
     conn.execute("UPDATE p2panda.schema_versions SET view_name = NULL")
-    for schema_id, version, view in versions:
+    for schema_id, version, view_name in versions:
         conn.execute(
             "UPDATE p2panda.schema_versions SET view_name = %s"
             " WHERE schema_id = %s AND version = %s",
-            (view, schema_id, version),
+            (view_name, schema_id, version),
         )
 
 

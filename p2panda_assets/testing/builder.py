@@ -15,6 +15,7 @@ from p2panda_assets.protocol.messages import (
     Create,
     Delete,
     FieldChange,
+    FieldValue,
     Message,
     SchemaLogRef,
     SchemaMeta,
@@ -22,6 +23,7 @@ from p2panda_assets.protocol.messages import (
     SchemaRevert,
     SchemaVersionRef,
     Update,
+    _Absent,
     encode_message,
     format_schema_id,
 )
@@ -103,7 +105,7 @@ def create_field(
     name: str,
     type_: str,
     *,
-    default: object = ABSENT,
+    default: FieldValue | _Absent = ABSENT,
     validation: str | None = None,
     schema: SchemaLogRef | None = None,
     cascade: bool | None = None,
@@ -112,7 +114,7 @@ def create_field(
 
 
 def update_field(
-    name: str, type_: str, default: object, *, validation: str | None = None
+    name: str, type_: str, default: FieldValue, *, validation: str | None = None
 ) -> FieldChange:
     return FieldChange(name, "update", FieldType.parse(type_), validation, default)
 
@@ -131,10 +133,10 @@ class InstanceAuthor:
     def _publish(self, message: Message | bytes) -> bytes:
         return self.owner.corpus.publish(self.owner.log(self.log_id), message)
 
-    def create(self, ref: SchemaVersionRef, **fields: object) -> bytes:
+    def create(self, ref: SchemaVersionRef, **fields: FieldValue) -> bytes:
         return self._publish(Create(ref, tuple(fields.items())))
 
-    def update(self, ref: SchemaVersionRef, instance: bytes, **fields: object) -> bytes:
+    def update(self, ref: SchemaVersionRef, instance: bytes, **fields: FieldValue) -> bytes:
         return self._publish(Update(ref, instance, tuple(fields.items())))
 
     def delete(self, instance: bytes, ref: SchemaVersionRef | None = None) -> bytes:
