@@ -21,6 +21,11 @@ class SchemaStatus(StrEnum):
     FAILED = "failed"  # its last build failed; it keeps its old table
 
 
+# The statuses of a schema whose table step ran: a dropped schema was built too (its lens
+# has no fields left, so it has no table).
+BUILT = (SchemaStatus.MATERIALIZED, SchemaStatus.DROPPED)
+
+
 class BuildStatus(StrEnum):
     """What one build did to a schema: a registry status, or nothing to do."""
 

@@ -191,7 +191,7 @@ def field_change(
 ) -> FieldChange:
     """One field's change. An update may leave out `type` (and, for a relation, `schema`
     and `cascade`): they are taken from the field as it is now, as `slothmail-003.yaml`
-    migration does; everything else an update does not give is dropped, as in SPEC."""
+    migration does; everything else an update does not give is dropped (rule P-DEFINITION)."""
     action = change.get("action", "create")
     if action not in ACTIONS:
         raise P2pandaError(Reason.BAD_VALUE, f"{where}.action must be create, update or remove")

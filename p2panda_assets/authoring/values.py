@@ -1,10 +1,11 @@
 """Field values as users write them (command-line text, YAML/TOML/JSON data) turned into
 the raw CBOR values messages carry, and checked the way the engine will check them.
 
-With a field type known, a value goes through the engine's own conversion table (SPEC
-section 3): command-line text converts from `text` (`3` to an integer, an ISO 8601 text
-to a timestamp, hex to a relation), file data converts from its natural type (a YAML
-timestamp or TOML datetime to a timestamp, a hex string to a relation or blob). Then
+With a field type known, a value goes through the engine's own conversion table (rule
+C-CONVERT, docs/semantics.md): command-line text converts from `text` (`3` to an
+integer, an ISO 8601 text to a timestamp, hex to a relation), file data converts from
+its natural type (a YAML timestamp or TOML datetime to a timestamp, a hex string to a
+relation or blob). Then
 `values.to_raw` gives the raw form, so authoring never invents rules of its own.
 """
 

@@ -33,10 +33,10 @@ from p2panda_assets.pipeline.columns import pg_type
 from p2panda_assets.pipeline.index import decoded_path, last_index, run_index
 from p2panda_assets.pipeline.materialize import materialize_schemas
 from p2panda_assets.protocol.ids import checked_schema_id
-from p2panda_assets.statuses import BuildStatus
+from p2panda_assets.statuses import BUILT, BuildStatus
 from p2panda_assets.store.catalog import stored_catalog
 from p2panda_assets.store.registry import schema_entry_count, shown_name_of
-from p2panda_assets.store.tables import BUILT, SYSTEM_COLUMNS, registry_outcome, table_exists
+from p2panda_assets.store.tables import SYSTEM_COLUMNS, registry_outcome, table_exists
 
 BATCH_TAG = "p2panda/batch"  # comma-separated schema ids built together with this one
 SCHEMA_TAG = "p2panda/schema"  # the schema's name, on every run of its family

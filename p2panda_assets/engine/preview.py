@@ -10,8 +10,8 @@ from p2panda_assets.engine.values import to_json
 
 
 def row_json(table: Table, row: Row, trace: bool = False) -> dict[str, Any]:
-    """SPEC's columns; with `trace`, also `_entry` (the hash of the entry that last wrote
-    the row), as the materialized table has it."""
+    """The table's columns (rule T-ROW); with `trace`, also `_entry` (the hash of the
+    entry that last wrote the row), as the materialized table has it."""
     record: dict[str, Any] = {
         "_instance_id": row.instance_id.hex(),
         "_author": row.author.hex(),

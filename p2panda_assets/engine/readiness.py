@@ -1,9 +1,10 @@
 """Which registered schemas are ready to build, which must be built again, and in which
 order: the decisions of the sensors, pure (no database, no Dagster).
 
-The relation rule (SPEC, Relations): a schema that relates to another is built after it,
-and not before the upstream schema is registered and materialized; a relation of a schema
-to itself waits for nothing; a schema in a relation cycle is reported and never built.
+The relation rule (rules R-ORDER and R-CYCLE, docs/semantics.md): a schema that relates
+to another is built after it, and not before the upstream schema is registered and
+materialized; a relation of a schema to itself waits for nothing; a schema in a relation
+cycle is reported and never built.
 `engine.relations.build_order` says which schemas can be built at all and in which order
 (`BuildOrder`); this module adds what the registry says of each (`Registered`): whether
 its upstream schemas are built, and when.
@@ -28,11 +29,7 @@ from p2panda_assets.engine.corpus import Catalog
 from p2panda_assets.engine.relations import BuildOrder, HashIndex
 from p2panda_assets.engine.schema_log import SchemaHistory
 from p2panda_assets.errors import Reason
-from p2panda_assets.statuses import SchemaStatus
-
-# Registry statuses of a schema whose table step ran (a dropped schema was built too: it
-# has no fields left).
-BUILT = frozenset({SchemaStatus.MATERIALIZED, SchemaStatus.DROPPED})
+from p2panda_assets.statuses import BUILT, SchemaStatus
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,12 +17,11 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from p2panda_assets.failpoints import Failpoint, failpoint
-from p2panda_assets.statuses import BuildStatus, SchemaStatus
+from p2panda_assets.statuses import BUILT, BuildStatus, SchemaStatus
 from p2panda_assets.store.pipeline_state import UPSERT_ACCOUNTS, Stage
 from p2panda_assets.store.views import create_views, drop_views
 
 # The registry statuses of a schema whose table step ran (it has its table, or none is due).
-BUILT = (SchemaStatus.MATERIALIZED, SchemaStatus.DROPPED)
 
 SYSTEM_COLUMNS = (  # (name, type); all NOT NULL, `_instance_id` the primary key
     ("_instance_id", "text"),

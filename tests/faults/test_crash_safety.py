@@ -276,6 +276,7 @@ def test_a_postgres_restart_under_a_build_ends_in_a_reason_code_and_the_next_run
     assert ensure_embedded(home.path) == home.url
     home.go_on(Failpoint.STAGED)
     code, _, err = home.finish(run)
+    print(f"the run under the restart: exit {code}, {error_lines(err)}")  # shown with -s
     assert "Traceback" not in err, err[-3000:]
     if code != 0:
         assert code == 1, err[-3000:]

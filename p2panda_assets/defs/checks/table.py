@@ -191,7 +191,7 @@ def expected_pg_types(history: SchemaHistory) -> dict[str, str]:
 def declaration_problems(
     declared: Mapping[str, tuple[str, bool]], expected: Mapping[str, str]
 ) -> list[str]:
-    """Columns missing, extra, of another type, or nullable where SPEC says not."""
+    """Columns missing, extra, of another type, or nullable where rule T-ROW says not."""
     lines = []
     for name, ptype in expected.items():
         if name not in declared:
@@ -225,7 +225,7 @@ def read_table(
     partitions_def=schemas,
     additional_ins={"migration_plan": dg.AssetIn("migration_plan")},
     description="The table matches the model derived from the current lens: column types "
-    "per SPEC, system columns set, varchar at most 255 characters, relation values "
+    "per rule T-TYPE, system columns set, varchar at most 255 characters, relation values "
     "instance ids, and values written at the current version pass their RE2 validation.",
 )
 def table_matches_the_current_lens(
