@@ -10,13 +10,6 @@ import dagster as dg
 from p2panda_assets.orchestration import SCHEMAS, prepare_environment
 
 
-def has_partition(schema_id: str) -> bool:
-    """Is the schema a partition of the asset family?"""
-    prepare_environment()
-    with dg.DagsterInstance.get() as instance:
-        return instance.has_dynamic_partition(SCHEMAS, schema_id)
-
-
 def remove_partition(schema_id: str) -> bool:
     """Remove the schema's partition; False if it had none."""
     prepare_environment()

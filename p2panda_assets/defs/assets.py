@@ -181,11 +181,12 @@ def materialized_table(
         if outcome.status is BuildStatus.UNCHANGED:
             outcome = registry_outcome(conn, schema_id)
         name = shown_name_of(conn, schema_id) or schema_id
-        standing = bool(outcome.table_name) and table_exists(conn, outcome.table_name)
+        pending = outcome.status is BuildStatus.PENDING
+        standing = pending and bool(outcome.table_name) and table_exists(conn, outcome.table_name)
     built = [o.schema_id for o in outcomes if o.status in BUILT]
     if len(built) > 1 or (built and built != [schema_id]):
         context.log.info(f"built in one Spark job: {', '.join(built)}")
-    if outcome.status is BuildStatus.PENDING:
+    if pending:
         # Materialized as what it is: no table built, the reason and what it waits for.
         # Dagster has no "pending" state, and a partition a backfill targets that ends
         # with no materialization ends the whole backfill as failed, which it is not.

@@ -37,6 +37,7 @@ from p2panda_assets.engine.corpus import (
 )
 from p2panda_assets.engine.instances import Instance
 from p2panda_assets.engine.lens import Lens
+from p2panda_assets.engine.readiness import other_upstream, unbuilt_upstream
 from p2panda_assets.engine.relations import BuildOrder
 from p2panda_assets.errors import Pending, Reason
 from p2panda_assets.failpoints import Failpoint, failpoint
@@ -193,8 +194,10 @@ def why_pending(
     read would be missing)."""
     if schema_id not in order.order:
         return catalog.not_built(schema_id, order)
-    others = [s for s in order.upstream.get(schema_id, ()) if s != schema_id]
-    missing = sorted(set(others) - built_before - tables.materialized_schemas(conn, others))
+    others = other_upstream(order, schema_id)
+    missing = unbuilt_upstream(
+        order, schema_id, built_before | tables.materialized_schemas(conn, others)
+    )
     if missing:
         return Pending(
             Reason.AWAITING_SCHEMA, f"upstream schema {missing[0]} is not materialized yet"
