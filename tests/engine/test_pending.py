@@ -5,8 +5,6 @@ pending for the instance it deletes."""
 
 from __future__ import annotations
 
-import pytest
-
 from p2panda_assets.engine.corpus import (
     Catalog,
     Corpus,
@@ -27,27 +25,12 @@ from p2panda_assets.protocol.messages import (
 )
 from p2panda_assets.testing.builder import (
     CorpusBuilder,
-    SchemaAuthor,
     create_field,
     instances,
 )
+from tests.engine.slothmail import rows, slothmail
 
 UNKNOWN_VERSION_HASH = b"\x00\x20" + b"\x5a" * 32  # a schema version nobody published
-
-
-@pytest.fixture
-def corpus() -> CorpusBuilder:
-    return CorpusBuilder()
-
-
-def slothmail(corpus: CorpusBuilder) -> SchemaAuthor:
-    schema = corpus.author(1).schema(12, "slothmail")
-    schema.migrate(create_field("subject", "text"), create_field("body", "text"))  # 2
-    return schema
-
-
-def rows(result: Corpus, schema: SchemaAuthor) -> dict[bytes, dict]:
-    return {r.instance_id: r.values for r in result.tables[schema.schema_id].rows}
 
 
 def state(result: Corpus, entry_hash: bytes) -> State:

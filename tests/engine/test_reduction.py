@@ -10,29 +10,14 @@ from p2panda_assets.errors import Reason
 from p2panda_assets.protocol.messages import SchemaMeta, SchemaVersionRef, encode_message
 from p2panda_assets.testing.builder import (
     CorpusBuilder,
-    SchemaAuthor,
     create_field,
     instances,
     remove_field,
     update_field,
 )
+from tests.engine.slothmail import rows, slothmail
 
 SUBJECT_RULE = r"^[^#\r\n].*$"
-
-
-@pytest.fixture
-def corpus() -> CorpusBuilder:
-    return CorpusBuilder()
-
-
-def slothmail(corpus: CorpusBuilder) -> SchemaAuthor:
-    schema = corpus.author(1).schema(12, "slothmail")
-    schema.migrate(create_field("subject", "text"), create_field("body", "text"))  # 2
-    return schema
-
-
-def rows(result: Corpus, schema: SchemaAuthor) -> dict[bytes, dict]:
-    return {r.instance_id: r.values for r in result.tables[schema.schema_id].rows}
 
 
 def account(result: Corpus, entry_hash: bytes):
