@@ -1,17 +1,19 @@
 """Verification: each entry read from the entry store once and verified once, ever.
 
 One Spark pass over the entries ingested since the last one (`ingest_seq` above the
-progress row's mark) runs the engine's `check_record` and indexes the message of every
-entry that passes. The result is appended to the columnar store as one batch; the
-message index of the good entries and the accounts of the rejected ones are appended to
-PostgreSQL from that batch. Nothing updates `p2panda.entries`.
+progress row's mark): each task reads its range of them from PostgreSQL by binary COPY,
+runs the engine's `check_record` and indexes the message of every entry that passes.
+The result is appended to the columnar store as one batch; the message index of the
+good entries and the accounts of the rejected ones are appended to PostgreSQL from that
+batch. Nothing updates `p2panda.entries`.
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from decimal import Decimal
+from typing import cast
 
 import psycopg
 import pyarrow as pa
@@ -22,11 +24,9 @@ from p2panda_assets.engine.corpus import check_record
 from p2panda_assets.failpoints import Failpoint, failpoint
 from p2panda_assets.pipeline.copy import ACCOUNT_COLUMNS, Target, copy_frame, copy_rows
 from p2panda_assets.pipeline.groups import arrow_schema
-from p2panda_assets.pipeline.jdbc import read_partitioned
 from p2panda_assets.pipeline.warehouse import Warehouse, children, exists, remove, warehouse_root
 from p2panda_assets.protocol.message_index import message_index
 from p2panda_assets.store import pipeline_state as state_sql
-from p2panda_assets.store.database import jdbc_options
 
 VERIFIED_ARROW = arrow_schema(
     [
@@ -46,6 +46,8 @@ VERIFIED_ARROW = arrow_schema(
         ("instance", pa.binary()),
     ]
 )
+# The columns only good entries have (NULL for the others).
+GOOD_COLUMNS = VERIFIED_ARROW.names[4:]
 VERIFIED_SPARK = (
     "ingest_seq long, hash binary, verdict string, verdict_message string, author binary, "
     "log_id decimal(20,0), seq decimal(20,0), entry binary, payload binary, kind string, "
@@ -61,46 +63,38 @@ INDEX_COLUMNS = (
 )
 
 
-def _verify_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Entries rejected at ingest keep their verdict; the others are verified here."""
-    for batch in batches:
-        columns = batch.to_pydict()
-        out: dict[str, list[object]] = {name: [] for name in VERIFIED_ARROW.names}
-        for seq, stored_hash, raw, payload, verdict, message in zip(
-            columns["ingest_seq"],
-            columns["hash"],
-            columns["entry"],
-            columns["payload"],
-            columns["verdict"],
-            columns["verdict_message"],
-            strict=True,
-        ):
-            row: dict[str, object] = dict.fromkeys(VERIFIED_ARROW.names)
-            row["ingest_seq"], row["hash"] = seq, stored_hash
-            if verdict is not None:
-                row["verdict"], row["verdict_message"] = verdict, message
+def verify_rows(rows: Iterable[Sequence[object]]) -> pa.RecordBatch:
+    """Stored entries (columns `store.pipeline_state.NEW_ENTRY_COLUMNS`) as one batch of
+    the columnar store: entries rejected at ingest keep their verdict, the others are
+    verified here by the engine's `check_record`, and the message of each good one is
+    indexed."""
+    out: dict[str, list[object]] = {name: [] for name in VERIFIED_ARROW.names}
+    blank: tuple[object, ...] = (None,) * len(GOOD_COLUMNS)
+    for ingest_seq, stored_hash, raw, payload, verdict, verdict_message in rows:
+        out["ingest_seq"].append(ingest_seq)
+        out["hash"].append(stored_hash)
+        good = blank
+        if verdict is None:
+            checked = check_record(cast(bytes, raw), cast(bytes | None, payload))
+            if checked.rejection is not None:
+                verdict, verdict_message = checked.rejection.reason, checked.rejection.message
             else:
-                checked = check_record(raw, payload)
-                if checked.rejection is not None:
-                    row["verdict"] = str(checked.rejection.reason)
-                    row["verdict_message"] = checked.rejection.message
-                else:
-                    entry = checked.entry
-                    assert entry is not None
-                    row |= {
-                        "verdict": "ok",
-                        "author": entry.author,
-                        "log_id": Decimal(entry.log_id),
-                        "seq": Decimal(entry.seq_num),
-                        "entry": raw,
-                        "payload": payload,
-                    }
-                    index = message_index(payload)
-                    for name, value in zip(VERIFIED_ARROW.names[-5:], index, strict=True):
-                        row[name] = value
-            for name, column_value in row.items():
-                out[name].append(column_value)
-        yield pa.RecordBatch.from_pydict(out, schema=VERIFIED_ARROW)
+                entry = checked.entry
+                assert entry is not None
+                verdict = "ok"
+                good = (
+                    entry.author,
+                    Decimal(entry.log_id),
+                    Decimal(entry.seq_num),
+                    raw,
+                    payload,
+                    *message_index(cast(bytes, payload)),
+                )
+        out["verdict"].append(str(verdict))
+        out["verdict_message"].append(verdict_message)
+        for name, value in zip(GOOD_COLUMNS, good, strict=True):
+            out[name].append(value)
+    return pa.RecordBatch.from_pydict(out, schema=VERIFIED_ARROW)
 
 
 def current_warehouse(spark: SparkSession, conn: psycopg.Connection) -> Warehouse:
@@ -133,16 +127,15 @@ def verify_new_entries(spark: SparkSession, conn: psycopg.Connection, url: str) 
         return 0
     batch = state.batch + 1
     path = warehouse.batch(batch)
-    query = state_sql.new_entries_query(state.verified_through, high)
     token = secrets.token_hex(6)
     index = state_sql.stage_table(conn, "message_index", token)
     accounts = state_sql.stage_table(conn, "accounts", token)
     try:
+        bounds = (state.verified_through, high)
         if new <= SMALL_BATCH:
-            _verify_in_driver(spark, conn, query, path, index, accounts)
+            _verify_in_driver(spark, conn, bounds, path, index, accounts)
         else:
-            bounds = (state.verified_through + 1, high)
-            _verify_in_spark(spark, url, query, new, bounds, path, index, accounts)
+            _verify_in_spark(spark, url, new, bounds, path, index, accounts)
         failpoint(Failpoint.VERIFIED)
         state_sql.commit_verification(conn, index, accounts, high, batch)
     except BaseException:
@@ -152,25 +145,35 @@ def verify_new_entries(spark: SparkSession, conn: psycopg.Connection, url: str) 
     return new
 
 
+def split_range(low: int, high: int, parts: int) -> list[tuple[int, int]]:
+    """(low, high] in `parts` consecutive (low, high] ranges of about equal width."""
+    step = -(-(high - low) // parts)
+    return [(a, min(a + step, high)) for a in range(low, high, step)]
+
+
 def _verify_in_spark(
     spark: SparkSession,
     url: str,
-    query: str,
     new: int,
     bounds: tuple[int, int],
     path: str,
     index: state_sql.Stage,
     accounts: state_sql.Stage,
 ) -> None:
-    frame = read_partitioned(
-        spark,
-        jdbc_options(url),
-        query,
-        column="ingest_seq",
-        partitions=max(1, min(spark.sparkContext.defaultParallelism * 2, new // 5000 + 1)),
-        bounds=bounds,
-    )
-    frame.mapInArrow(_verify_batches, VERIFIED_SPARK).write.mode("overwrite").parquet(path)
+    """Each Spark task reads its range of new entries by binary COPY and verifies them:
+    they go from the entry store to the columnar store once, through one process."""
+    parts = max(1, min(spark.sparkContext.defaultParallelism * 2, new // 5000 + 1))
+    ranges = split_range(*bounds, parts)
+
+    def read_and_verify(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        with psycopg.connect(url, autocommit=True) as conn:
+            for batch in batches:
+                for task in cast(list[int], batch.column("id").to_pylist()):
+                    for rows in state_sql.read_new_entries(conn, *ranges[task]):
+                        yield verify_rows(rows)
+
+    tasks = spark.range(0, len(ranges), numPartitions=len(ranges))
+    tasks.mapInArrow(read_and_verify, VERIFIED_SPARK).write.mode("overwrite").parquet(path)
     verified = spark.read.parquet(path)
     good = verified.filter(F.col("verdict") == "ok")
     index_target = Target.into(index, INDEX_COLUMNS)
@@ -188,20 +191,13 @@ def _verify_in_spark(
 def _verify_in_driver(
     spark: SparkSession,
     conn: psycopg.Connection,
-    query: str,
+    bounds: tuple[int, int],
     path: str,
     index: state_sql.Stage,
     accounts: state_sql.Stage,
 ) -> None:
-    rows = conn.execute(query).fetchall()
-    columns = ["ingest_seq", "hash", "entry", "payload", "verdict", "verdict_message"]
-    stored = pa.RecordBatch.from_pydict(
-        {
-            name: [bytes(v) if isinstance(v, memoryview) else v for v in values]
-            for name, values in zip(columns, zip(*rows, strict=True), strict=True)
-        }
-    )
-    table = pa.Table.from_batches(list(_verify_batches(iter([stored]))), schema=VERIFIED_ARROW)
+    batches = [verify_rows(rows) for rows in state_sql.read_new_entries(conn, *bounds)]
+    table = pa.Table.from_batches(batches, schema=VERIFIED_ARROW)
     spark.createDataFrame(table).write.mode("overwrite").parquet(path)
     verified = table.to_pylist()
     copy_rows(

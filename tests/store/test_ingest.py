@@ -13,6 +13,7 @@ from p2panda_assets.protocol.entry import decode_entry
 from p2panda_assets.protocol.hashing import DEFAULT_ALGORITHM
 from p2panda_assets.store.database import ensure_schema
 from p2panda_assets.store.ingest import IngestCounts, ingest
+from p2panda_assets.store.pipeline_state import read_new_entries
 
 pytestmark = pytest.mark.postgres
 
@@ -149,3 +150,25 @@ def test_ingest_commits_on_a_connection_without_autocommit(database_url: str, pa
         ingest(conn, pairs)
     with psycopg.connect(database_url) as other:
         assert count_entries(other) == 5
+
+
+def test_verification_reads_a_range_of_new_entries_as_bytes_in_order(
+    conn, pairs: list[Pair]
+) -> None:
+    (e1, p1), (e2, _), *rest = pairs
+    ingest(conn, [(e1, p1), (e2, None), *rest])
+    seqs = [r[0] for r in conn.execute("SELECT ingest_seq FROM p2panda.entries ORDER BY 1")]
+    chunks = list(read_new_entries(conn, seqs[0], seqs[-1], chunk=2))
+    read = len(seqs) - 1  # (low, high]: the first is below the range
+    assert [len(c) for c in chunks] == [2] * (read // 2) + [1] * (read % 2)
+    rows = [row for chunk in chunks for row in chunk]
+    assert [r[0] for r in rows] == seqs[1:]
+    by_hash = {decode_entry(e).hash: (e, p) for e, p in pairs}
+    for _, entry_hash, entry, payload, verdict, _ in rows:
+        assert isinstance(entry_hash, bytes) and isinstance(entry, bytes)
+        expected_entry, expected_payload = by_hash[entry_hash]
+        assert entry == expected_entry
+        if entry == e2:
+            assert (payload, verdict) == (None, Reason.MISSING_PAYLOAD)
+        else:
+            assert (payload, verdict) == (expected_payload, None)
