@@ -10,6 +10,7 @@ import os
 import secrets
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import psycopg
 from psycopg import sql
@@ -94,25 +95,28 @@ _NEW_ENTRIES = sql.SQL(
 
 
 def read_new_entries(
-    conn: psycopg.Connection, low: int, high: int, *, chunk: int = 5_000
+    conn: psycopg.Connection, low: int, high: int, *, chunk: int = 5_000, chunk_bytes: int = 1 << 25
 ) -> Iterator[list[tuple[object, ...]]]:
     """The entries with `low < ingest_seq <= high` (columns `NEW_ENTRY_COLUMNS`), in
-    lists of up to `chunk` rows. One binary COPY: bytea arrives as bytes, not as the
-    hex text a query result (or Spark's JDBC reader) carries, which doubles its size
-    and must be decoded again."""
+    lists of up to `chunk` rows or about `chunk_bytes` of entries and payloads (a
+    payload may be 1 MiB). One binary COPY: bytea arrives as bytes, not as the hex text
+    a query result (or Spark's JDBC reader) carries, which doubles its size and must be
+    decoded again."""
     statement = _NEW_ENTRIES.format(
         sql.SQL(", ").join(sql.Identifier(c) for c, _ in NEW_ENTRY_COLUMNS),
         sql.Literal(int(low)),
         sql.Literal(int(high)),
     )
     rows: list[tuple[object, ...]] = []
+    size = 0
     with conn.cursor().copy(statement) as copy:
         copy.set_types([t for _, t in NEW_ENTRY_COLUMNS])
         for row in copy.rows():
             rows.append(row)
-            if len(rows) == chunk:
+            size += len(cast(bytes, row[2])) + len(cast(bytes | None, row[3]) or b"")
+            if len(rows) == chunk or size >= chunk_bytes:
                 yield rows
-                rows = []
+                rows, size = [], 0
     if rows:
         yield rows
 

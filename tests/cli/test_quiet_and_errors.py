@@ -125,7 +125,7 @@ def test_by_default_stderr_has_the_products_lines_only(
     capfd, caplog, recwarn, monkeypatch: pytest.MonkeyPatch, p2panda_home: Path
 ) -> None:
     monkeypatch.setattr(key_cmd, "create_key", noisy_create_key)
-    caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.INFO)  # py4j logs each command to a live JVM at DEBUG
     assert main(["key", "new"]) == 1
     out, err = capfd.readouterr()
     assert (out, err) == ("", "error: bad-input: the product's own line\n")
@@ -138,7 +138,7 @@ def test_verbose_shows_what_the_libraries_print(
     capfd, caplog, recwarn, monkeypatch: pytest.MonkeyPatch, p2panda_home: Path
 ) -> None:
     monkeypatch.setattr(key_cmd, "create_key", noisy_create_key)
-    caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.INFO)  # py4j logs each command to a live JVM at DEBUG
     assert main(["--verbose", "key", "new"]) == 1
     _, err = capfd.readouterr()
     for noise in NOISE:

@@ -163,6 +163,8 @@ def test_verification_reads_a_range_of_new_entries_as_bytes_in_order(
     assert [len(c) for c in chunks] == [2] * (read // 2) + [1] * (read % 2)
     rows = [row for chunk in chunks for row in chunk]
     assert [r[0] for r in rows] == seqs[1:]
+    by_size = list(read_new_entries(conn, seqs[0], seqs[-1], chunk=100, chunk_bytes=1))
+    assert [len(c) for c in by_size] == [1] * read  # each row alone reaches the byte bound
     by_hash = {decode_entry(e).hash: (e, p) for e, p in pairs}
     for _, entry_hash, entry, payload, verdict, _ in rows:
         assert isinstance(entry_hash, bytes) and isinstance(entry, bytes)
