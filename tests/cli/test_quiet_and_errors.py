@@ -163,8 +163,9 @@ def test_verbose_asks_spark_for_its_warnings(
     assert seen == [None, "warn"]
     assert "P2PANDA_SPARK_LOG_LEVEL" not in os.environ
     options = spark_config("local[1]")["spark.driver.extraJavaOptions"].split()
-    assert options[0] == "-Duser.timezone=UTC"
-    config = Path(options[1].removeprefix("-Dlog4j2.configurationFile=file://"))
+    assert "-Duser.timezone=UTC" in options
+    log4j = next(o for o in options if o.startswith("-Dlog4j2.configurationFile=file://"))
+    config = Path(log4j.removeprefix("-Dlog4j2.configurationFile=file://"))
     text = config.read_text()
     assert "rootLogger.level = ${level}" in text
     assert "property.level = ${env:P2PANDA_SPARK_LOG_LEVEL:-error}" in text

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -15,6 +17,6 @@ def test_ranges_cover_every_new_entry_once(low: int, width: int, parts: int) -> 
     ranges = split_range(low, high, parts)
     assert 1 <= len(ranges) <= parts
     assert ranges[0][0] == low and ranges[-1][1] == high
-    for (_, end), (start, _) in zip(ranges, ranges[1:], strict=False):
+    for (_, end), (start, _) in pairwise(ranges):
         assert end == start
     assert all(a < b for a, b in ranges)
