@@ -78,20 +78,36 @@ def raw_entries(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """A partition's decoded messages as the last index step wrote them."""
+
+    schema_id: str
+    name: str  # the schema's shown name (its id if it has none)
+    path: str | None  # None: no decoded messages
+
+
+def decoded_of(partition_key: str, pyspark: PySparkResource, postgres: PostgresResource) -> Decoded:
+    """The partition's decoded messages: read by the asset and by its check."""
+    schema_id = checked_schema_id(partition_key)
+    spark = pyspark.spark_session
+    with postgres.connect() as conn:
+        path = decoded_path(spark, conn, schema_id)
+        name = shown_name_of(conn, schema_id) or schema_id
+    return Decoded(schema_id, name, path)
+
+
 @dg.asset(partitions_def=schemas, group_name=GROUP, deps=[raw_entries], kinds={"spark", "parquet"})
 def decoded_messages(
     context: dg.AssetExecutionContext, pyspark: PySparkResource, postgres: PostgresResource
 ) -> dg.MaterializeResult:
     """The schema's log and instance logs, chained and decoded, one row per accepted entry,
     in the columnar store (written by the index step)."""
-    schema_id = checked_schema_id(context.partition_key)
-    spark = pyspark.spark_session
-    with postgres.connect() as conn:
-        path = decoded_path(spark, conn, schema_id)
-        name = shown_name_of(conn, schema_id) or schema_id
+    decoded = decoded_of(context.partition_key, pyspark, postgres)
+    name, path = decoded.name, decoded.path
     if path is None:
         return dg.MaterializeResult(metadata={"schema_name": name, "messages": 0})
-    frame = spark.read.parquet(path)
+    frame = pyspark.spark_session.read.parquet(path)
     by_kind = frame.groupBy("kind").agg(F.count(F.lit(1)).alias("n"), F.count("error").alias("e"))
     counted = by_kind.collect()  # one job: every Spark job costs ~0.1 s on the way to a row
     kinds = {r["kind"] or "undecodable": r["n"] for r in counted}

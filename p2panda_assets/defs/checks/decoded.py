@@ -8,16 +8,14 @@ from pandera.api.pyspark.types import PySparkDtypeInputTypes
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from p2panda_assets.defs.assets import decoded_messages
+from p2panda_assets.defs.assets import decoded_messages, decoded_of
 from p2panda_assets.defs.checks.tally import ROWS, Tally, check_result, summarize, validate
 from p2panda_assets.defs.partitions import schemas
 from p2panda_assets.defs.resources import PostgresResource
-from p2panda_assets.pipeline.index import decoded_path
 from p2panda_assets.protocol.hashing import HashAlgorithm
-from p2panda_assets.protocol.ids import AUTHOR_SIZE, checked_schema_id, parse_schema_id
+from p2panda_assets.protocol.ids import AUTHOR_SIZE, parse_schema_id
 from p2panda_assets.protocol.messages import INSTANCE_MESSAGE_TYPES, SCHEMA_MESSAGE_TYPES
 from p2panda_assets.statuses import Assignment
-from p2panda_assets.store.registry import shown_name_of
 
 KINDS = tuple(t.kind for t in (*SCHEMA_MESSAGE_TYPES, *INSTANCE_MESSAGE_TYPES))
 HASH_SIZES = tuple(sorted(len(a.value) + a.digest_size for a in HashAlgorithm))  # header + digest
@@ -133,17 +131,14 @@ def decoded_model(schema_id: str, tally: Tally) -> pa.DataFrameSchema:
 def decoded_messages_match_their_model(
     context: dg.AssetCheckExecutionContext, pyspark: PySparkResource, postgres: PostgresResource
 ) -> dg.AssetCheckResult:
-    schema_id = checked_schema_id(context.partition_key)
-    spark = pyspark.spark_session
-    with postgres.connect() as conn:
-        path = decoded_path(spark, conn, schema_id)
-        name = shown_name_of(conn, schema_id) or schema_id
-    if path is None:
+    decoded = decoded_of(context.partition_key, pyspark, postgres)
+    name = decoded.name
+    if decoded.path is None:
         return dg.AssetCheckResult(
             passed=True, description="no decoded messages", metadata={"schema_name": name}
         )
-    frame = spark.read.parquet(path)
+    frame = pyspark.spark_session.read.parquet(decoded.path)
     tally = Tally()
-    lines = summarize(validate(frame, decoded_model(schema_id, tally)))
+    lines = summarize(validate(frame, decoded_model(decoded.schema_id, tally)))
     metadata = {"schema_name": name, "rows": tally.count(frame, ROWS)}
     return check_result(lines, tally.findings, metadata)
