@@ -73,6 +73,10 @@ def test_runs_execute_one_after_another_in_one_process(instance: dg.DagsterInsta
     worker = instance.run_launcher._worker
     assert worker is not None and worker.alive()
     assert reported_pid(instance, first) == reported_pid(instance, second) == worker.process.pid
+    # The worker reports a run finished after the run's status is stored: wait for it.
+    deadline = time.monotonic() + 30
+    while worker.unfinished and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert worker.unfinished == set()
 
 
