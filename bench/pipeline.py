@@ -54,6 +54,7 @@ from psycopg.conninfo import make_conninfo
 
 from p2panda_assets.jsonlines import entry_line, read_entry_lines
 from p2panda_assets.pipeline import index as index_module
+from p2panda_assets.pipeline import materialize as materialize_module
 from p2panda_assets.pipeline import run as run_module
 from p2panda_assets.pipeline.spark import build_session, spark_config, spark_master
 from p2panda_assets.protocol.entry import decode_entry
@@ -470,6 +471,8 @@ def timed_stages() -> Iterator[StageTimes]:
         times.wrap(run_module, "run_index", "index"),
         times.wrap(index_module, "verify_new_entries", "verify"),
         times.wrap(run_module, "materialize_schemas", "materialize"),
+        times.wrap(materialize_module, "_build", "whole_builds"),
+        times.wrap(materialize_module, "_build_increments", "incremental_builds"),
     ]
     try:
         yield times
@@ -632,9 +635,10 @@ def measure_increment(
     with stage("incremental ingest"):
         counts = ingest(conn, read_entry_lines([later]))
     ingested = time.perf_counter() - started
-    with stage("incremental pipeline"):
+    with stage("incremental pipeline"), timed_stages() as stages:
         outcomes = run_module.run_pipeline(spark, conn, url)
     seconds = time.perf_counter() - started
+    took = {name: round(took, 1) for name, took in stages.seconds.items()}
     built = sum(o.status in ("materialized", "dropped") for o in outcomes)
     line(
         "incremental",
@@ -645,6 +649,7 @@ def measure_increment(
         "incremental_entries": counts.accepted,
         "incremental_seconds": round(seconds, 1),
         "incremental_ingest_s": round(ingested, 1),
+        **{f"incremental_{name}_s": took for name, took in sorted(took.items())},
     }
 
 

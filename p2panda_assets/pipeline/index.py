@@ -72,6 +72,7 @@ CHAIN_ARROW = arrow_schema(
         ("log_id", pa.decimal128(20, 0)),
         ("seq", pa.decimal128(20, 0)),
         ("hash", pa.binary()),
+        ("batch", pa.int64()),  # the verification batch of the entry
         ("payload", pa.binary()),
         ("kind", pa.string()),
         ("schema_version", pa.decimal128(20, 0)),
@@ -101,6 +102,7 @@ DECODED_COLUMNS = (
     "log_id",
     "seq",
     "hash",
+    "batch",
     "is_schema_log",
     "kind",
     "schema_version",
@@ -175,6 +177,7 @@ def _chain_group(rows: list[Row]) -> list[Row]:
                 **key,
                 "seq": Decimal(seq),
                 "hash": entry_hash,
+                "batch": row["batch"],
                 "payload": row["payload"],
                 "kind": row["kind"],
                 "schema_version": row["schema_version"],
@@ -219,6 +222,7 @@ class IndexResult:
     chained_run: str | None  # the chained messages of the store, by schema
     fingerprint: str  # what the index was computed from
     up_to_date: bool = False  # nothing changed since the last index step
+    batch: int = 0  # the newest verified batch the chained messages hold
 
     def decoded(self, spark: SparkSession) -> DataFrame | None:
         """Every chained message of the store (None before the first entry)."""
@@ -261,6 +265,7 @@ def last_index(spark: SparkSession, conn: psycopg.Connection) -> IndexResult:
         state.chained_run,
         state_sql.indexed_fingerprint(conn) or "",
         up_to_date=True,
+        batch=state.batch,
     )
 
 
@@ -297,7 +302,9 @@ def _run_index(spark: SparkSession, conn: psycopg.Connection, url: str) -> Index
     finally:
         chained.unpersist()
     _keep_chained(spark, warehouse, {run, state.chained_run})
-    return IndexResult(verified, len(summaries), catalog, order, warehouse, run, fingerprint)
+    return IndexResult(
+        verified, len(summaries), catalog, order, warehouse, run, fingerprint, batch=state.batch
+    )
 
 
 def _keep_chained(spark: SparkSession, warehouse: Warehouse, keep: set[str | None]) -> None:

@@ -14,16 +14,11 @@ of the schema, beside the current one, from the same immutable messages.
 
 from __future__ import annotations
 
-import pickle
 import secrets
-import traceback
-from collections.abc import Sequence
-from decimal import Decimal
-from typing import cast
+from collections.abc import Mapping, Sequence
 
 import psycopg
-import pyarrow as pa
-from pyspark import Broadcast, StorageLevel
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -31,11 +26,7 @@ from p2panda_assets.engine.cascade import cascade_fields
 from p2panda_assets.engine.compatibility import history_compatibility
 from p2panda_assets.engine.corpus import (
     Catalog,
-    applied_if_live,
-    reduce_instance_log,
-    reduction_accounts,
 )
-from p2panda_assets.engine.instances import Instance
 from p2panda_assets.engine.lens import Lens
 from p2panda_assets.engine.readiness import other_upstream, unbuilt_upstream
 from p2panda_assets.engine.relations import BuildOrder
@@ -49,8 +40,9 @@ from p2panda_assets.pipeline.copy import (
     copy_partitions,
     copy_type,
 )
-from p2panda_assets.pipeline.groups import Row, arrow_schema, map_groups
-from p2panda_assets.pipeline.index import IndexResult, account_rows, items_log
+from p2panda_assets.pipeline.increments import BuildPlan, plan_builds, touched_messages
+from p2panda_assets.pipeline.index import IndexResult
+from p2panda_assets.pipeline.reduction import reduce_logs, with_owners
 from p2panda_assets.protocol.ids import checked_schema_id
 from p2panda_assets.statuses import Assignment, BuildStatus
 from p2panda_assets.store import tables
@@ -61,25 +53,8 @@ from p2panda_assets.store.pipeline_state import (
     release_pipeline_lock,
 )
 from p2panda_assets.store.registry import table_name_for, version_table_name_for
-from p2panda_assets.store.tables import Outcome
+from p2panda_assets.store.tables import BuildState, Outcome
 
-REDUCED_ARROW = arrow_schema(
-    [
-        ("row_type", pa.string()),  # instance | account | error
-        ("schema", pa.string()),
-        ("hash", pa.binary()),
-        ("deleted", pa.bool_()),
-        ("cascade_target", pa.list_(pa.string())),
-        ("cascade_ref", pa.list_(pa.binary())),
-        ("messages", pa.list_(pa.binary())),
-        ("shaping", pa.list_(pa.binary())),
-        ("fell_back", pa.list_(pa.string())),
-        ("row", pa.binary()),  # the table row, pickled engine values
-        ("state", pa.string()),
-        ("reason", pa.string()),
-        ("message", pa.string()),
-    ]
-)
 # The system columns as the binary COPY names their types, from the one table of them.
 SYSTEM_TYPES = tuple(copy_type(pg) for _, pg in tables.SYSTEM_COLUMNS)
 
@@ -154,8 +129,20 @@ def _materialize(
             outcome.status = BuildStatus.UNCHANGED
         else:
             ready.append(schema_id)
-    if ready:
-        _build(spark, conn, url, index, catalog, order, [outcomes[s] for s in ready], as_of)
+    if not ready:
+        return [outcomes[s] for s in schema_ids]
+    if as_of is not None:
+        _build(spark, conn, url, index, catalog, [outcomes[s] for s in ready], as_of, {})
+        return [outcomes[s] for s in schema_ids]
+    plan = plan_builds(conn, catalog, order, index.decoded(spark), index.batch, ready)
+    if plan.increments:
+        # First: a whole build may cascade from their deleted sets (never the reverse:
+        # an incremental schema has no cascade field).
+        increments = [outcomes[s] for s in ready if s in plan.increments]
+        _build_increments(spark, conn, url, index, catalog, increments, plan)
+    whole = [outcomes[s] for s in ready if s not in plan.increments]
+    if whole:
+        _build(spark, conn, url, index, catalog, whole, None, plan.states)
     return [outcomes[s] for s in schema_ids]
 
 
@@ -203,82 +190,6 @@ def why_pending(
             Reason.AWAITING_SCHEMA, f"upstream schema {missing[0]} is not materialized yet"
         )
     return None
-
-
-# --- the reduction (one Spark group per instance log) ------------------------------------
-
-
-def _instance_row(catalog: Catalog, schema_id: str, instance: Instance) -> dict[str, object]:
-    lens = catalog.histories[schema_id].lens
-    targets, refs = [], []
-    for name, target in cascade_fields(lens, catalog.hash_index):
-        value = instance.values.get(name)
-        for hex_id in value if isinstance(value, tuple) else (value,):
-            if isinstance(hex_id, str):
-                targets.append(target)
-                refs.append(bytes.fromhex(hex_id))
-    row = (
-        instance.id.hex(),
-        instance.author.hex(),
-        instance.version,
-        Decimal(instance.seq),
-        instance.messages[-1].hex(),
-        *(instance.values.get(name) for name in lens),
-    )
-    return {
-        "row_type": "instance",
-        "schema": schema_id,
-        "hash": instance.id,
-        "deleted": instance.deleted_by is not None,
-        "cascade_target": targets,
-        "cascade_ref": refs,
-        "messages": instance.messages,
-        "shaping": sorted(applied_if_live(instance, lens)),
-        "fell_back": sorted(instance.fell_back),
-        "row": pickle.dumps(row, protocol=pickle.HIGHEST_PROTOCOL),
-    }
-
-
-def _reduce_rows(catalog: Catalog, rows: list[Row]) -> list[Row]:
-    """One instance log through the engine's `reduce_instance_log`: its instances as
-    table rows (with what cascades and accounts need), and its entries' accounts."""
-    # Column types from the items frame: string -> str, binary -> bytes, decimal -> Decimal.
-    schema_id = cast(str, rows[0]["schema"])
-    try:
-        owners: dict[bytes, tuple[bytes, int]] = {
-            cast(bytes, row["instance"]): (
-                cast(bytes, row["owner_author"]),
-                int(cast(Decimal, row["owner_log"])),
-            )
-            for row in rows
-            if row["owner_author"] is not None
-        }
-        reduction = reduce_instance_log(catalog, schema_id, items_log(rows), owners.get)
-        out = [_instance_row(catalog, schema_id, i) for i in reduction.instances.values()]
-    except Exception as error:  # one log's failure fails only its schema
-        detail = "".join(traceback.format_exception_only(error)).strip()
-        return [{"row_type": "error", "schema": schema_id, "message": detail}]
-    for row in account_rows(reduction_accounts(reduction, schema_id)):
-        out.append({"row_type": "account", "schema": schema_id, **row})
-    return out
-
-
-def _reduce(items: DataFrame, broadcast: Broadcast[Catalog]) -> DataFrame:
-    def reduce_group(rows: list[Row]) -> list[Row]:
-        return _reduce_rows(broadcast.value, rows)
-
-    return map_groups(items, ("author", "log_id"), ("seq",), reduce_group, REDUCED_ARROW)
-
-
-def _with_owners(items: DataFrame, decoded: DataFrame) -> DataFrame:
-    """Each update and delete with the log of the create it names (anywhere in the
-    store, chain-accepted): the engine's owner lookup for `not-author`."""
-    creates = decoded.filter(F.col("kind") == "create").select(
-        F.col("hash").alias("instance"),
-        F.col("author").alias("owner_author"),
-        F.col("log_id").alias("owner_log"),
-    )
-    return items.join(creates, "instance", "left")
 
 
 # --- cascades ---------------------------------------------------------------------------
@@ -350,10 +261,11 @@ def _build(
     url: str,
     index: IndexResult,
     catalog: Catalog,
-    order: BuildOrder,
     outcomes: list[Outcome],
     as_of: int | None,
+    states: Mapping[str, BuildState],
 ) -> None:
+    """Build the tables of `outcomes` whole, from every message of their schemas."""
     by_id = {o.schema_id: o for o in outcomes}
     schema_ids = list(by_id)
     decoded = index.decoded(spark)
@@ -362,14 +274,7 @@ def _build(
     accounts = deleted_stage = None
     broadcast = spark.sparkContext.broadcast(catalog)
     try:
-        for i, outcome in enumerate(outcomes):
-            lens = catalog.histories[outcome.schema_id].lens
-            if lens:
-                schema, _ = tables.split_table_name(outcome.table_name)
-                columns = [(name, pg_type(spec.type)) for name, spec in lens.items()]
-                stages[outcome.schema_id] = tables.create_stage(
-                    conn, schema, f"stage_{token}_{i}", columns
-                )
+        stages = _row_stages(conn, catalog, outcomes, token)
         accounts = tables.create_shared_stage(conn, f"stage_{token}_accounts", "accounts")
         deleted_stage = tables.create_shared_stage(
             conn, f"stage_{token}_deleted", "deleted_instances"
@@ -380,7 +285,7 @@ def _build(
                 & (F.col("assignment") == Assignment.ASSIGNED.value)
             )
             # Every row of every table, pickled: on disk, not in the JVM's heap.
-            reduced = _reduce(_with_owners(items, decoded), broadcast).persist(
+            reduced = reduce_logs(with_owners(items, decoded), broadcast).persist(
                 StorageLevel.DISK_ONLY
             )
             _write(
@@ -396,7 +301,13 @@ def _build(
                     tables.index_stage(conn, stage)
                 if as_of is None:
                     tables.swap_schema(
-                        conn, outcome, stage, accounts, deleted_stage, index.fingerprint
+                        conn,
+                        outcome,
+                        stage,
+                        accounts,
+                        deleted_stage,
+                        index.fingerprint,
+                        states.get(schema_id),
                     )
                 else:
                     tables.swap_version(conn, outcome, stage)
@@ -409,6 +320,134 @@ def _build(
         # outlives the run in the resident worker, and runs never share cached frames.
         spark.catalog.clearCache()
         broadcast.unpersist()
+
+
+def _row_stages(
+    conn: psycopg.Connection, catalog: Catalog, outcomes: list[Outcome], token: str
+) -> dict[str, Stage]:
+    """A staging table for the rows of each schema whose lens has a field."""
+    stages: dict[str, Stage] = {}
+    for i, outcome in enumerate(outcomes):
+        lens = catalog.histories[outcome.schema_id].lens
+        if lens:
+            schema, _ = tables.split_table_name(outcome.table_name)
+            columns = [(name, pg_type(spec.type)) for name, spec in lens.items()]
+            stages[outcome.schema_id] = tables.create_stage(
+                conn, schema, f"stage_{token}_{i}", columns
+            )
+    return stages
+
+
+def _build_increments(
+    spark: SparkSession,
+    conn: psycopg.Connection,
+    url: str,
+    index: IndexResult,
+    catalog: Catalog,
+    outcomes: list[Outcome],
+    plan: BuildPlan,
+) -> None:
+    """Add what is new to the tables of `outcomes` (`pipeline.increments`): the
+    instances new messages name are reduced again, in one Spark job for all of them,
+    and replace their old rows, accounts and deleted ids, schema by schema."""
+    by_id = {o.schema_id: o for o in outcomes}
+    decoded = index.decoded(spark)
+    assert decoded is not None  # a table was built from it before
+    token = secrets.token_hex(6)
+    stages: dict[str, Stage] = {}
+    accounts = None
+    broadcast = spark.sparkContext.broadcast(catalog)
+    try:
+        stages = _row_stages(conn, catalog, outcomes, token)
+        accounts = tables.create_shared_stage(conn, f"stage_{token}_accounts", "accounts")
+        built = {s: plan.increments[s] for s in by_id}
+        touched = with_owners(touched_messages(decoded, built), decoded)
+        reduced = reduce_logs(touched, broadcast, incremental=True).persist(StorageLevel.DISK_ONLY)
+        for row in (
+            reduced.filter(F.col("row_type") == "error").select("schema", "message").collect()
+        ):
+            _fail(conn, by_id[row["schema"]], f"reduction failed: {row['message']}", None)
+        ok = [s for s, o in by_id.items() if o.status is not BuildStatus.FAILED]
+        instances = reduced.filter((F.col("row_type") == "instance") & F.col("schema").isin(ok))
+        flagged = instances.withColumn("live", ~F.col("deleted"))
+        live = flagged.filter("live")
+        targets = {s: _row_target(stages[s], catalog.histories[s].lens) for s in ok}
+        result = copy_partitions(live.select(F.col("schema").alias("dest"), "row"), url, targets)
+        for schema_id, error in result.errors.items():
+            _fail(conn, by_id[schema_id], f"writing rows failed: {error}", None)
+        _stage_accounts(url, reduced, flagged, ok, accounts)
+        changed = _changed_instances(reduced, ok)
+        _adjust_fallbacks(conn, catalog, reduced, live, by_id, ok)
+        for schema_id in ok:
+            outcome = by_id[schema_id]
+            if outcome.status is BuildStatus.FAILED:
+                continue
+            names, deleted = changed.get(schema_id, (set(), set()))
+            outcome.incremental = True
+            try:
+                tables.apply_increment(
+                    conn,
+                    outcome,
+                    stages[schema_id],
+                    sorted(names),
+                    sorted(deleted),
+                    accounts,
+                    index.fingerprint,
+                    plan.states[schema_id],
+                )
+            except psycopg.Error as error:
+                _fail(conn, outcome, f"adding to the table failed: {database_error(error)}", None)
+    finally:
+        drop_tables(conn, [*stages.values(), accounts])
+        spark.catalog.clearCache()
+        broadcast.unpersist()
+
+
+def _changed_instances(
+    reduced: DataFrame, ok: list[str]
+) -> dict[str, tuple[set[bytes], set[bytes]]]:
+    """Per schema: the instances reduced again (their rows are replaced), and those of
+    them now deleted (added to the deleted set; a delete is final, and without cascade
+    fields no delete is undone)."""
+    changed: dict[str, tuple[set[bytes], set[bytes]]] = {}
+    rows = (
+        reduced.filter(F.col("row_type").isin("instance", "before") & F.col("schema").isin(ok))
+        .select("schema", "hash", "deleted", "row_type")
+        .collect()
+    )
+    for row in rows:
+        names, deleted = changed.setdefault(row["schema"], (set(), set()))
+        names.add(bytes(row["hash"]))
+        if row["deleted"] and row["row_type"] == "instance":
+            deleted.add(bytes(row["hash"]))
+    return changed
+
+
+def _adjust_fallbacks(
+    conn: psycopg.Connection,
+    catalog: Catalog,
+    reduced: DataFrame,
+    live: DataFrame,
+    by_id: dict[str, Outcome],
+    ok: list[str],
+) -> None:
+    """The table's fallback counts, minus the replaced rows as they were (`before`
+    rows of live instances), plus the rows that replace them."""
+    was_live = reduced.filter(
+        (F.col("row_type") == "before") & ~F.col("deleted") & F.col("schema").isin(ok)
+    )
+    counts: dict[tuple[str, str], int] = {}
+    for frame, sign in ((live, 1), (was_live, -1)):
+        exploded = frame.select("schema", F.explode("fell_back").alias("f"))
+        for row in exploded.groupBy("schema", "f").count().collect():
+            key = (row["schema"], row["f"])
+            counts[key] = counts.get(key, 0) + sign * row["count"]
+    for schema_id in ok:
+        before = tables.registry_outcome(conn, schema_id).fallbacks
+        by_id[schema_id].fallbacks = {
+            name: before.get(name, 0) + counts.get((schema_id, name), 0)
+            for name in catalog.histories[schema_id].lens
+        }
 
 
 def _write(
@@ -424,9 +463,7 @@ def _write(
     as_of: int | None,
 ) -> None:
     """Cascades, then the live rows, the accounts and the deleted sets into staging."""
-    for row in reduced.filter(F.col("row_type") == "error").select("schema", "message").collect():
-        _fail(conn, by_id[row["schema"]], f"reduction failed: {row['message']}", as_of)
-    ok = [s for s, o in by_id.items() if o.status is not BuildStatus.FAILED]
+    ok = _fail_reductions(conn, reduced, by_id, as_of)
     instances = reduced.filter((F.col("row_type") == "instance") & F.col("schema").isin(ok))
     deleted = _cascade(spark, conn, catalog, instances, ok)
     flagged = (
@@ -459,6 +496,15 @@ def _write(
             url,
             Target.into(deleted_stage, (("schema_id", "text"), ("instance_id", "bytea"))),
         )
+
+
+def _fail_reductions(
+    conn: psycopg.Connection, reduced: DataFrame, by_id: dict[str, Outcome], as_of: int | None
+) -> list[str]:
+    """Fail the schemas a log of which could not be reduced; the others, still to build."""
+    for row in reduced.filter(F.col("row_type") == "error").select("schema", "message").collect():
+        _fail(conn, by_id[row["schema"]], f"reduction failed: {row['message']}", as_of)
+    return [s for s, o in by_id.items() if o.status is not BuildStatus.FAILED]
 
 
 def _row_target(stage: Stage, lens: Lens) -> Target:

@@ -138,6 +138,9 @@ CREATE TABLE IF NOT EXISTS p2panda.pipeline_state (
 -- The index fingerprint a schema's table was built from: equal to the current one, the
 -- table is up to date and a run leaves it alone.
 ALTER TABLE p2panda.schemas ADD COLUMN IF NOT EXISTS built_fingerprint text;
+-- What the table was built from, for the next build to add only what is new: the newest
+-- verified batch it saw, a digest of its messages, and a key of its lens (BuildState).
+ALTER TABLE p2panda.schemas ADD COLUMN IF NOT EXISTS built_state jsonb;
 
 -- "Pending" is the one word for not-yet (statuses.py): rows written before it said
 -- 'waiting' (a schema's status, a log's assignment, the stage of an account).

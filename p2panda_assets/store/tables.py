@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import psycopg
 from psycopg import sql
@@ -51,6 +52,26 @@ class Outcome:
     name: str | None = None  # the schema's own name, from its meta message
     description: str | None = None
     migrations: dict[str, str] = field(default_factory=dict)  # version -> safe | lossy
+    incremental: bool = False  # built by adding what is new (`pipeline.increments`)
+
+
+@dataclass(frozen=True, slots=True)
+class BuildState:
+    """What a schema's table was built from: every message of its instance logs from
+    verified batches up to `batch` (their `digest`), under the lens whose key is `lens`.
+    A later build that finds the same digest for those batches and the same lens key
+    adds only the instances that messages of later batches name (`pipeline.increments`)."""
+
+    batch: int
+    digest: str
+    lens: str
+
+    def as_json(self) -> dict[str, object]:
+        return {"batch": self.batch, "digest": self.digest, "lens": self.lens}
+
+    @classmethod
+    def from_json(cls, value: dict[str, object]) -> BuildState:
+        return cls(int(cast(int, value["batch"])), str(value["digest"]), str(value["lens"]))
 
 
 def split_table_name(table_name: str) -> tuple[str, str]:
@@ -104,6 +125,7 @@ def swap_schema(
     accounts: Stage,
     deleted: Stage,
     fingerprint: str,
+    state: BuildState | None = None,
 ) -> None:
     """Replace the schema's table, its instance accounts, its deleted set, its registry
     row and the views in one transaction."""
@@ -132,9 +154,49 @@ def swap_schema(
             ).format(deleted.identifier),
             (outcome.schema_id,),
         )
-        update_registry(conn, outcome, fingerprint)
+        update_registry(conn, outcome, fingerprint, state)
         failpoint(Failpoint.SWAPPING)
         create_views(conn)
+
+
+def apply_increment(
+    conn: psycopg.Connection,
+    outcome: Outcome,
+    stage: Stage,
+    touched: Sequence[bytes],
+    deleted: Sequence[bytes],
+    accounts: Stage,
+    fingerprint: str,
+    state: BuildState,
+) -> None:
+    """Replace the rows of the `touched` instances with the staged ones (the live among
+    them), upsert their messages' accounts, add the `deleted` ones to the deleted set,
+    and count the rows, in one transaction. The table keeps its name and its views."""
+    table = sql.Identifier(*split_table_name(outcome.table_name))
+    with conn.transaction():
+        conn.execute(
+            sql.SQL("DELETE FROM {} WHERE _instance_id = ANY(%s)").format(table),
+            ([t.hex() for t in touched],),
+        )
+        conn.execute(sql.SQL("INSERT INTO {} SELECT * FROM {}").format(table, stage.identifier))
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO p2panda.accounts (hash, schema_id, state, reason, message, origin)"
+                " SELECT hash, schema_id, state, reason, message, 'instance' FROM {}"
+                " WHERE schema_id = %s" + UPSERT_ACCOUNTS
+            ).format(accounts.identifier),
+            (outcome.schema_id,),
+        )
+        conn.execute(
+            "INSERT INTO p2panda.deleted_instances (schema_id, instance_id)"
+            " SELECT %s, unnest(%s::bytea[]) ON CONFLICT DO NOTHING",
+            (outcome.schema_id, list(deleted)),
+        )
+        row = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone()
+        assert row is not None
+        outcome.rows = int(row[0])
+        update_registry(conn, outcome, fingerprint, state)
+        failpoint(Failpoint.SWAPPING)
 
 
 def swap_version(conn: psycopg.Connection, outcome: Outcome, stage: Stage | None) -> None:
@@ -188,7 +250,12 @@ def replace_table(conn: psycopg.Connection, table_name: str, stage: Stage | None
     )
 
 
-def update_registry(conn: psycopg.Connection, outcome: Outcome, fingerprint: str | None) -> None:
+def update_registry(
+    conn: psycopg.Connection,
+    outcome: Outcome,
+    fingerprint: str | None,
+    state: BuildState | None = None,
+) -> None:
     """The registry row says what the schema's table holds: written in the swap's
     transaction, so the database knows its own versions, also when restored from a
     backup. A schema that waits or failed keeps the version, rows and fallbacks of the
@@ -215,7 +282,7 @@ def update_registry(conn: psycopg.Connection, outcome: Outcome, fingerprint: str
     conn.execute(
         """
         UPDATE p2panda.schemas SET version = %s, version_hash = %s, rows = %s, fallbacks = %s,
-          materialized_at = now(), built_fingerprint = %s
+          materialized_at = now(), built_fingerprint = %s, built_state = %s
         WHERE schema_id = %s
         """,
         (
@@ -224,6 +291,7 @@ def update_registry(conn: psycopg.Connection, outcome: Outcome, fingerprint: str
             outcome.rows,
             Jsonb(outcome.fallbacks),
             fingerprint,
+            None if state is None else Jsonb(state.as_json()),
             outcome.schema_id,
         ),
     )
@@ -252,6 +320,28 @@ def built_fingerprints(conn: psycopg.Connection, schema_ids: Sequence[str]) -> d
         (list(schema_ids), [s.value for s in BUILT]),
     )
     return {schema_id: fingerprint for schema_id, fingerprint in rows}
+
+
+def build_states(conn: psycopg.Connection, schema_ids: Sequence[str]) -> dict[str, BuildState]:
+    """What each schema's current table was built from, where it is recorded and the
+    table holds rows (`materialized`): the start of an incremental build."""
+    rows = conn.execute(
+        "SELECT schema_id, built_state FROM p2panda.schemas WHERE schema_id = ANY(%s)"
+        " AND status = %s AND built_state IS NOT NULL",
+        (list(schema_ids), BuildStatus.MATERIALIZED.value),
+    )
+    return {schema_id: BuildState.from_json(state) for schema_id, state in rows}
+
+
+def schemas_holding_messages(conn: psycopg.Connection, schema_ids: Sequence[str]) -> set[str]:
+    """Which of `schema_ids` have instance messages held pending: a change anywhere in
+    the catalog may release them, so their next build is a whole one."""
+    rows = conn.execute(
+        "SELECT DISTINCT schema_id FROM p2panda.accounts WHERE schema_id = ANY(%s)"
+        " AND origin = 'instance' AND state = 'pending'",
+        (list(schema_ids),),
+    )
+    return {schema_id for (schema_id,) in rows}
 
 
 def materialized_schemas(conn: psycopg.Connection, schema_ids: Sequence[str]) -> set[str]:

@@ -1,0 +1,158 @@
+"""The reduction of instance logs in Spark: one group per log through the engine's
+`reduce_instance_log`, each instance out as a table row with what cascades, accounts
+and fallback counts need. Whole builds and incremental ones share it."""
+
+from __future__ import annotations
+
+import pickle
+import traceback
+from decimal import Decimal
+from typing import cast
+
+import pyarrow as pa
+from pyspark import Broadcast
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from p2panda_assets.engine.cascade import cascade_fields
+from p2panda_assets.engine.corpus import (
+    Catalog,
+    applied_if_live,
+    reduce_instance_log,
+    reduction_accounts,
+)
+from p2panda_assets.engine.instances import Instance, OwnerLookup
+from p2panda_assets.pipeline.groups import Row, arrow_schema, map_groups
+from p2panda_assets.pipeline.index import account_rows, items_log
+
+REDUCED_ARROW = arrow_schema(
+    [
+        ("row_type", pa.string()),  # instance | before | account | error
+        ("schema", pa.string()),
+        ("hash", pa.binary()),
+        ("deleted", pa.bool_()),
+        ("cascade_target", pa.list_(pa.string())),
+        ("cascade_ref", pa.list_(pa.binary())),
+        ("messages", pa.list_(pa.binary())),
+        ("shaping", pa.list_(pa.binary())),
+        ("fell_back", pa.list_(pa.string())),
+        ("row", pa.binary()),  # the table row, pickled engine values
+        ("state", pa.string()),
+        ("reason", pa.string()),
+        ("message", pa.string()),
+    ]
+)
+
+
+def instance_row(catalog: Catalog, schema_id: str, instance: Instance) -> dict[str, object]:
+    lens = catalog.histories[schema_id].lens
+    targets, refs = [], []
+    for name, target in cascade_fields(lens, catalog.hash_index):
+        value = instance.values.get(name)
+        for hex_id in value if isinstance(value, tuple) else (value,):
+            if isinstance(hex_id, str):
+                targets.append(target)
+                refs.append(bytes.fromhex(hex_id))
+    row = (
+        instance.id.hex(),
+        instance.author.hex(),
+        instance.version,
+        Decimal(instance.seq),
+        instance.messages[-1].hex(),
+        *(instance.values.get(name) for name in lens),
+    )
+    return {
+        "row_type": "instance",
+        "schema": schema_id,
+        "hash": instance.id,
+        "deleted": instance.deleted_by is not None,
+        "cascade_target": targets,
+        "cascade_ref": refs,
+        "messages": instance.messages,
+        "shaping": sorted(applied_if_live(instance, lens)),
+        "fell_back": sorted(instance.fell_back),
+        "row": pickle.dumps(row, protocol=pickle.HIGHEST_PROTOCOL),
+    }
+
+
+def reduce_rows(catalog: Catalog, rows: list[Row], built_batch: int | None = None) -> list[Row]:
+    """One instance log through the engine's `reduce_instance_log`: its instances as
+    table rows (with what cascades and accounts need), and its entries' accounts.
+
+    With `built_batch` (an incremental build), also each instance as the messages of
+    batches up to it made it (`before` rows): what the table holds of it now."""
+    # Column types from the items frame: string -> str, binary -> bytes, decimal -> Decimal.
+    schema_id = cast(str, rows[0]["schema"])
+    try:
+        owners = _owners(rows).get
+        reduction = reduce_instance_log(catalog, schema_id, items_log(rows), owners)
+        out = [instance_row(catalog, schema_id, i) for i in reduction.instances.values()]
+        if built_batch is not None:
+            out += _before_rows(catalog, schema_id, rows, built_batch, owners)
+    except Exception as error:  # one log's failure fails only its schema
+        detail = "".join(traceback.format_exception_only(error)).strip()
+        return [{"row_type": "error", "schema": schema_id, "message": detail}]
+    for row in account_rows(reduction_accounts(reduction, schema_id)):
+        out.append({"row_type": "account", "schema": schema_id, **row})
+    return out
+
+
+def _owners(rows: list[Row]) -> dict[bytes, tuple[bytes, int]]:
+    return {
+        cast(bytes, row["instance"]): (
+            cast(bytes, row["owner_author"]),
+            int(cast(Decimal, row["owner_log"])),
+        )
+        for row in rows
+        if row["owner_author"] is not None
+    }
+
+
+def _before_rows(
+    catalog: Catalog,
+    schema_id: str,
+    rows: list[Row],
+    built_batch: int,
+    owners: OwnerLookup,
+) -> list[Row]:
+    """The instances as the messages of batches up to `built_batch` made them. A log's
+    messages of later batches all follow its earlier ones (the chain only grows), so
+    this is the reduction of a prefix of the log."""
+    earlier = [row for row in rows if cast(int, row["batch"]) <= built_batch]
+    if not earlier:
+        return []
+    reduction = reduce_instance_log(catalog, schema_id, items_log(earlier), owners)
+    return [
+        {
+            "row_type": "before",
+            "schema": schema_id,
+            "hash": instance.id,
+            "deleted": instance.deleted_by is not None,
+            "fell_back": sorted(instance.fell_back),
+        }
+        for instance in reduction.instances.values()
+    ]
+
+
+def reduce_logs(
+    items: DataFrame, broadcast: Broadcast[Catalog], *, incremental: bool = False
+) -> DataFrame:
+    """`reduce_rows` for every log of `items`; `incremental`: the items carry the batch
+    their schema's table was built up to (`built_batch`), and `before` rows come out."""
+
+    def reduce_group(rows: list[Row]) -> list[Row]:
+        built = cast(int, rows[0]["built_batch"]) if incremental else None
+        return reduce_rows(broadcast.value, rows, built)
+
+    return map_groups(items, ("author", "log_id"), ("seq",), reduce_group, REDUCED_ARROW)
+
+
+def with_owners(items: DataFrame, decoded: DataFrame) -> DataFrame:
+    """Each update and delete with the log of the create it names (anywhere in the
+    store, chain-accepted): the engine's owner lookup for `not-author`."""
+    creates = decoded.filter(F.col("kind") == "create").select(
+        F.col("hash").alias("instance"),
+        F.col("author").alias("owner_author"),
+        F.col("log_id").alias("owner_log"),
+    )
+    return items.join(creates, "instance", "left")

@@ -1,0 +1,94 @@
+"""Incremental builds write what a whole build writes: for random corpora ingested in
+two random parts (a run after each), every table, every account, the fallback counts
+and the row counts equal `reduce_corpus` of the whole corpus; and a run that only adds
+messages to schemas without cascade fields adds them without a whole build."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from p2panda_assets.engine.corpus import Corpus, reduce_corpus
+from p2panda_assets.pipeline.run import run_pipeline
+from p2panda_assets.protocol.ids import parse_schema_id
+from p2panda_assets.store.ingest import ingest
+from p2panda_assets.store.registry import register
+from p2panda_assets.testing.builder import CorpusBuilder, create_field, instances
+from tests.pipeline.compare import engine_accounts, engine_tables, pg_accounts, pg_tables
+from tests.pipeline.test_pipeline_matches_engine import empty_store
+from tests.strategies import corpora
+
+pytestmark = [pytest.mark.spark, pytest.mark.postgres]
+
+
+def registry_counts(conn, schema_ids: list[str]) -> dict[str, tuple[int, dict[str, int]]]:
+    rows = conn.execute(
+        "SELECT schema_id, rows, fallbacks FROM p2panda.schemas"
+        " WHERE schema_id = ANY(%s) AND status = 'materialized'",
+        (schema_ids,),
+    )
+    return {schema_id: (n, dict(fallbacks)) for schema_id, n, fallbacks in rows}
+
+
+def engine_counts(corpus: Corpus) -> dict[str, tuple[int, dict[str, int]]]:
+    return {s: (len(t.rows), t.fallbacks) for s, t in corpus.tables.items() if not t.dropped}
+
+
+@settings(
+    max_examples=24,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(corpus=corpora(), data=st.data())
+def test_two_runs_equal_the_engine_on_the_whole_corpus(spark, session_database, corpus, data):
+    pairs = corpus.pairs
+    schema_ids = sorted(reduce_corpus(pairs).histories)
+    newest_later = data.draw(st.booleans(), label="newest entries later")
+    registered = {  # every schema, when only the newest come later: its table grows
+        s
+        for s in schema_ids
+        if newest_later or data.draw(st.booleans(), label=f"register {s[-3:]}")
+    }
+    # The second part: the newest entries (every log grows, as from peers in sync), or
+    # any entries (gaps filled, forks completed, logs moved between schemas).
+    if newest_later:
+        cut = data.draw(st.integers(len(pairs) // 2, len(pairs)), label="cut")
+        first = [i < cut for i in range(len(pairs))]
+    else:
+        first = data.draw(st.lists(st.booleans(), min_size=len(pairs), max_size=len(pairs)))
+    with empty_store(session_database) as conn:
+        ingest(conn, [p for p, early in zip(pairs, first, strict=True) if early])
+        for schema_id in sorted(registered):
+            register(conn, *parse_schema_id(schema_id), None)
+        run_pipeline(spark, conn, session_database)
+        ingest(conn, [p for p, early in zip(pairs, first, strict=True) if not early])
+        outcomes = run_pipeline(spark, conn, session_database)
+        event(f"incremental builds in the second run: {sum(o.incremental for o in outcomes)}")
+        expected = reduce_corpus(pairs, registered)
+        assert pg_tables(conn, sorted(registered)) == engine_tables(expected)
+        assert pg_accounts(conn) == engine_accounts(expected)
+        assert registry_counts(conn, sorted(registered)) == engine_counts(expected)
+
+
+def test_new_messages_are_added_without_a_whole_build(spark, session_database):
+    corpus = CorpusBuilder()
+    schema = corpus.author(1).schema(1)
+    schema.migrate(create_field("title", "varchar", default="none"))
+    log = instances(corpus.author(2), 1)
+    first, second, *_ = [log.create(schema.ref(), title=t) for t in ("a", "b", "c", "d", "e")]
+    early = list(corpus.pairs)
+    log.update(schema.ref(), first, title="A")
+    log.delete(second)
+    log.create(schema.ref(), title="f")
+    with empty_store(session_database) as conn:
+        ingest(conn, early)
+        register(conn, *parse_schema_id(schema.schema_id), None)
+        [whole] = run_pipeline(spark, conn, session_database)
+        ingest(conn, corpus.pairs[len(early) :])
+        [added] = run_pipeline(spark, conn, session_database)
+        expected = reduce_corpus(corpus.pairs, {schema.schema_id})
+        assert (whole.incremental, added.incremental) == (False, True)
+        assert (whole.rows, added.rows) == (5, 5)
+        assert pg_tables(conn, [schema.schema_id]) == engine_tables(expected)
+        assert pg_accounts(conn) == engine_accounts(expected)
