@@ -11,15 +11,19 @@ of the schema is incremental when
   log assigned elsewhere or a duplicate now) and none joined (a log newly assigned
   here, an entry that filled a gap in its log), so every log of the schema only grew,
 - no message of it is held pending (a change anywhere in the catalog may release it),
-- its lens has no cascade field (a delete upstream could reach rows no new message
-  names), and its table is there,
+- its table is there, and no schema its cascade fields name is built whole in the run,
 - the new messages are at most half of its messages (else a whole build costs as much).
 
 An instance's reduction depends on its own messages only (the ones that create it or
 name it), so the build reduces again every message of each instance that a new message
-names, and the new messages that name none; their rows, accounts and deleted ids then
-replace the old ones (`store.tables.apply_increment`). Whatever is not incremental is
-built whole, as before, after the incremental ones (it may cascade from them).
+names, and the new messages that name none. A delete reaches further along cascade
+fields: the rows that point at a reduced instance (and, in turn, the rows that point
+at those) are reduced again too, and the cascades are decided over them in the driver
+(`cascade_increments`). A delete is final, so the deleted sets only grow, unless an
+update moved a cascade-deleted instance's relation away from the deleted one: that
+schema (and what cascades from it) is then built whole. The rows, accounts and deleted
+ids of the reduced instances replace the old ones (`store.tables.apply_increment`).
+Whatever is not incremental is built whole, as before, after the incremental ones.
 """
 
 from __future__ import annotations
@@ -159,32 +163,140 @@ def plan_builds(
         if was.lens == states[s].lens
         and was.digest == digests[s].before
         and s not in holding
-        and not cascade_fields(catalog.histories[s].lens, catalog.hash_index)
         and digests[s].new <= NEW_SHARE * digests[s].total
         and tables.table_exists(conn, table_name_for(s))
     }
+    whole = set(schema_ids) - set(increments)
+    for schema_id in without_whole_targets(catalog, increments, whole):
+        del increments[schema_id]
     return BuildPlan(states, increments)
 
 
-def touched_messages(decoded: DataFrame, increments: Mapping[str, int]) -> DataFrame:
-    """The messages an incremental build reduces again: every message of each instance
-    that a message of a later batch than its table's creates or names, anywhere in the
-    store (a create elsewhere changes why an update naming it is rejected), and the new
-    messages that name no instance (their accounts). Each carries `built_batch`."""
-    spark = decoded.sparkSession
-    frame = spark.createDataFrame(list(increments.items()), "schema string, built_batch long")
-    created = F.when(F.col("kind") == "create", F.col("hash"))
-    key = F.coalesce(F.col("instance"), created)
-    touched = (
-        decoded.filter(F.col("batch") > min(increments.values()))
+def cascade_targets(catalog: Catalog, schema_id: str) -> set[str | None]:
+    """The schemas the current lens's cascade relation fields point at."""
+    return {t for _, t in cascade_fields(catalog.histories[schema_id].lens, catalog.hash_index)}
+
+
+def without_whole_targets(
+    catalog: Catalog, increments: Mapping[str, int], whole: set[str]
+) -> set[str]:
+    """The incremental schemas that must be built whole after all: a schema a cascade
+    field of theirs names is (their cascades read its deleted set, which the whole
+    build decides later), and so on down the relations."""
+    moved: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for schema_id in sorted(set(increments) - moved):
+            if cascade_targets(catalog, schema_id) & (whole | moved):
+                moved.add(schema_id)
+                changed = True
+    return moved
+
+
+def new_keys(decoded: DataFrame, after_batch: int) -> set[bytes]:
+    """The instances that messages of batches after `after_batch` create or name,
+    anywhere in the store (a create elsewhere changes why an update naming it is
+    rejected)."""
+    key = F.coalesce(F.col("instance"), F.when(F.col("kind") == "create", F.col("hash")))
+    rows = (
+        decoded.filter(F.col("batch") > after_batch)
         .select(key.alias("key"))
         .where(F.col("key").isNotNull())
         .distinct()
+        .collect()
     )
+    return {bytes(row["key"]) for row in rows}
+
+
+def reached_rows(
+    conn: psycopg.Connection, catalog: Catalog, schema_ids: Sequence[str], keys: set[bytes]
+) -> set[bytes]:
+    """The rows of the incremental schemas that point along a cascade field at one of
+    `keys`, or at such a row, and so on: where deletes among them may reach."""
+    fields = {
+        s: [
+            (name, catalog.histories[s].lens[name].type.is_array)
+            for name, _ in cascade_fields(catalog.histories[s].lens, catalog.hash_index)
+        ]
+        for s in schema_ids
+    }
+    reached: set[bytes] = set()
+    frontier = set(keys)
+    while frontier:
+        ids = sorted(k.hex() for k in frontier)
+        found: set[bytes] = set()
+        for schema_id in schema_ids:
+            rows = tables.rows_pointing_at(conn, table_name_for(schema_id), fields[schema_id], ids)
+            found |= {bytes.fromhex(r) for r in rows}
+        frontier = found - reached - keys
+        reached |= frontier
+    return reached
+
+
+def touched_messages(
+    decoded: DataFrame, increments: Mapping[str, int], keys: set[bytes]
+) -> DataFrame:
+    """The messages an incremental build reduces again: every message that creates or
+    names one of `keys`, and the new messages that name no instance (their accounts).
+    Each carries `built_batch`."""
+    spark = decoded.sparkSession
+    frame = spark.createDataFrame(list(increments.items()), "schema string, built_batch long")
+    wanted = spark.createDataFrame([(k,) for k in keys], "key binary")
+    created = F.when(F.col("kind") == "create", F.col("hash"))
     keyed = (
         decoded.filter(F.col("assignment") == Assignment.ASSIGNED.value)
         .join(F.broadcast(frame), "schema")
-        .withColumn("key", key)
+        .withColumn("key", F.coalesce(F.col("instance"), created))
     )
     new_without_key = keyed.filter((F.col("batch") > F.col("built_batch")) & F.col("key").isNull())
-    return keyed.join(touched, "key", "left_semi").unionByName(new_without_key).drop("key")
+    return keyed.join(wanted, "key", "left_semi").unionByName(new_without_key).drop("key")
+
+
+@dataclass(frozen=True, slots=True)
+class Again:
+    """An instance reduced again: deleted by a message, where its cascade fields
+    point (target schema, instance id), and which fields fell back."""
+
+    deleted: bool
+    refs: tuple[tuple[str | None, bytes], ...]
+    fell_back: tuple[str, ...]
+
+
+def cascade_increments(
+    catalog: Catalog,
+    order: Sequence[str],
+    again: Mapping[str, Mapping[bytes, Again]],
+    stored: Mapping[str, set[bytes]],
+) -> tuple[dict[str, set[bytes]], set[str]]:
+    """The deleted among the instances reduced again, per incremental schema (upstream
+    first in `order`), as `engine.cascade.apply_cascades` decides them: deleted by a
+    message, or a cascade field pointing at a deleted instance (of a schema built
+    before, `stored`; or of this increment: its stored set, less what was reduced
+    again, plus what is deleted now). Also the schemas where an instance stored as
+    deleted is not any more: those must be built whole."""
+    deleted_now: dict[str, set[bytes]] = {}
+    revived: set[str] = set()
+
+    def gone(target: str | None) -> set[bytes]:
+        if target is None:
+            return set()
+        if target in again:
+            return (stored.get(target, set()) - set(again[target])) | deleted_now.get(target, set())
+        return stored.get(target, set())
+
+    for schema_id in order:
+        instances = again[schema_id]
+        deleted = deleted_now[schema_id] = {h for h, a in instances.items() if a.deleted}
+        changed = bool(cascade_targets(catalog, schema_id))
+        while changed:
+            changed = False
+            for instance_id, instance in instances.items():
+                if instance_id not in deleted and any(
+                    ref in gone(target) for target, ref in instance.refs
+                ):
+                    deleted.add(instance_id)
+                    changed = True
+        if (stored.get(schema_id, set()) & set(instances)) - deleted:
+            revived.add(schema_id)
+    return deleted_now, revived

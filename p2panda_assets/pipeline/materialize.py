@@ -22,7 +22,6 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from p2panda_assets.engine.cascade import cascade_fields
 from p2panda_assets.engine.compatibility import history_compatibility
 from p2panda_assets.engine.corpus import (
     Catalog,
@@ -40,7 +39,17 @@ from p2panda_assets.pipeline.copy import (
     copy_partitions,
     copy_type,
 )
-from p2panda_assets.pipeline.increments import BuildPlan, plan_builds, touched_messages
+from p2panda_assets.pipeline.increments import (
+    Again,
+    BuildPlan,
+    cascade_increments,
+    cascade_targets,
+    new_keys,
+    plan_builds,
+    reached_rows,
+    touched_messages,
+    without_whole_targets,
+)
 from p2panda_assets.pipeline.index import IndexResult
 from p2panda_assets.pipeline.reduction import reduce_logs, with_owners
 from p2panda_assets.protocol.ids import checked_schema_id
@@ -135,12 +144,12 @@ def _materialize(
         _build(spark, conn, url, index, catalog, [outcomes[s] for s in ready], as_of, {})
         return [outcomes[s] for s in schema_ids]
     plan = plan_builds(conn, catalog, order, index.decoded(spark), index.batch, ready)
+    whole = [outcomes[s] for s in ready if s not in plan.increments]
     if plan.increments:
         # First: a whole build may cascade from their deleted sets (never the reverse:
-        # an incremental schema has no cascade field).
+        # no incremental schema cascades from a schema built whole).
         increments = [outcomes[s] for s in ready if s in plan.increments]
-        _build_increments(spark, conn, url, index, catalog, increments, plan)
-    whole = [outcomes[s] for s in ready if s not in plan.increments]
+        whole += _build_increments(spark, conn, url, index, catalog, increments, plan)
     if whole:
         _build(spark, conn, url, index, catalog, whole, None, plan.states)
     return [outcomes[s] for s in schema_ids]
@@ -193,11 +202,6 @@ def why_pending(
 
 
 # --- cascades ---------------------------------------------------------------------------
-
-
-def cascade_targets(catalog: Catalog, schema_id: str) -> set[str | None]:
-    """The schemas the current lens's cascade relation fields point at."""
-    return {t for _, t in cascade_fields(catalog.histories[schema_id].lens, catalog.hash_index)}
 
 
 def _cascade(
@@ -346,10 +350,12 @@ def _build_increments(
     catalog: Catalog,
     outcomes: list[Outcome],
     plan: BuildPlan,
-) -> None:
+) -> list[Outcome]:
     """Add what is new to the tables of `outcomes` (`pipeline.increments`): the
-    instances new messages name are reduced again, in one Spark job for all of them,
-    and replace their old rows, accounts and deleted ids, schema by schema."""
+    instances new messages name, and the rows a delete among them may reach, are
+    reduced again in one Spark job for all schemas, and replace their old rows,
+    accounts and deleted ids, schema by schema. The outcomes of the schemas that must
+    be built whole after all come back."""
     by_id = {o.schema_id: o for o in outcomes}
     decoded = index.decoded(spark)
     assert decoded is not None  # a table was built from it before
@@ -358,96 +364,144 @@ def _build_increments(
     accounts = None
     broadcast = spark.sparkContext.broadcast(catalog)
     try:
-        stages = _row_stages(conn, catalog, outcomes, token)
-        accounts = tables.create_shared_stage(conn, f"stage_{token}_accounts", "accounts")
         built = {s: plan.increments[s] for s in by_id}
-        touched = with_owners(touched_messages(decoded, built), decoded)
+        keys = new_keys(decoded, min(built.values()))
+        keys |= reached_rows(conn, catalog, list(by_id), keys)
+        touched = with_owners(touched_messages(decoded, built, keys), decoded)
         reduced = reduce_logs(touched, broadcast, incremental=True).persist(StorageLevel.DISK_ONLY)
-        for row in (
-            reduced.filter(F.col("row_type") == "error").select("schema", "message").collect()
-        ):
-            _fail(conn, by_id[row["schema"]], f"reduction failed: {row['message']}", None)
-        ok = [s for s, o in by_id.items() if o.status is not BuildStatus.FAILED]
+        ok = _fail_reductions(conn, reduced, by_id, None)
+        again, before = _reduced_again(reduced, ok)
+        targets = {t for s in ok for t in cascade_targets(catalog, s) if t is not None}
+        stored = _stored_deleted(conn, sorted(targets | set(ok)))
+        deleted_now, whole = _settle_cascades(catalog, ok, again, stored)
+        ok = [s for s in ok if s not in whole]
+        stages = _row_stages(conn, catalog, [by_id[s] for s in ok], token)
+        accounts = tables.create_shared_stage(conn, f"stage_{token}_accounts", "accounts")
+        gone = spark.createDataFrame(
+            [(s, h) for s in ok for h in deleted_now[s]], "schema string, hash binary"
+        )
         instances = reduced.filter((F.col("row_type") == "instance") & F.col("schema").isin(ok))
-        flagged = instances.withColumn("live", ~F.col("deleted"))
-        live = flagged.filter("live")
-        targets = {s: _row_target(stages[s], catalog.histories[s].lens) for s in ok}
-        result = copy_partitions(live.select(F.col("schema").alias("dest"), "row"), url, targets)
+        flagged = _flag_live(instances, gone)
+        row_targets = {s: _row_target(stages[s], catalog.histories[s].lens) for s in ok}
+        result = copy_partitions(
+            flagged.filter("live").select(F.col("schema").alias("dest"), "row"), url, row_targets
+        )
         for schema_id, error in result.errors.items():
             _fail(conn, by_id[schema_id], f"writing rows failed: {error}", None)
         _stage_accounts(url, reduced, flagged, ok, accounts)
-        changed = _changed_instances(reduced, ok)
-        _adjust_fallbacks(conn, catalog, reduced, live, by_id, ok)
         for schema_id in ok:
             outcome = by_id[schema_id]
             if outcome.status is BuildStatus.FAILED:
                 continue
-            names, deleted = changed.get(schema_id, (set(), set()))
             outcome.incremental = True
+            outcome.fallbacks = _fallbacks_after(
+                conn, catalog, schema_id, again, before, deleted_now, stored
+            )
             try:
                 tables.apply_increment(
                     conn,
                     outcome,
                     stages[schema_id],
-                    sorted(names),
-                    sorted(deleted),
+                    sorted(set(again[schema_id]) | set(before[schema_id])),
+                    sorted(deleted_now[schema_id]),
                     accounts,
                     index.fingerprint,
                     plan.states[schema_id],
                 )
             except psycopg.Error as error:
                 _fail(conn, outcome, f"adding to the table failed: {database_error(error)}", None)
+        return [by_id[s] for s in by_id if s in whole]
     finally:
         drop_tables(conn, [*stages.values(), accounts])
         spark.catalog.clearCache()
         broadcast.unpersist()
 
 
-def _changed_instances(
-    reduced: DataFrame, ok: list[str]
-) -> dict[str, tuple[set[bytes], set[bytes]]]:
-    """Per schema: the instances reduced again (their rows are replaced), and those of
-    them now deleted (added to the deleted set; a delete is final, and without cascade
-    fields no delete is undone)."""
-    changed: dict[str, tuple[set[bytes], set[bytes]]] = {}
+Befores = dict[str, dict[bytes, Again]]
+
+
+def _reduced_again(reduced: DataFrame, ok: list[str]) -> tuple[Befores, Befores]:
+    """The instances reduced again, per schema: as all their messages make them, and
+    as the messages the table was built from made them (`before`)."""
+    again: Befores = {s: {} for s in ok}
+    before: Befores = {s: {} for s in ok}
     rows = (
         reduced.filter(F.col("row_type").isin("instance", "before") & F.col("schema").isin(ok))
-        .select("schema", "hash", "deleted", "row_type")
+        .select(
+            "row_type", "schema", "hash", "deleted", "cascade_target", "cascade_ref", "fell_back"
+        )
         .collect()
     )
     for row in rows:
-        names, deleted = changed.setdefault(row["schema"], (set(), set()))
-        names.add(bytes(row["hash"]))
-        if row["deleted"] and row["row_type"] == "instance":
-            deleted.add(bytes(row["hash"]))
-    return changed
+        refs = tuple(
+            zip(row["cascade_target"] or (), map(bytes, row["cascade_ref"] or ()), strict=True)
+        )
+        found = Again(bool(row["deleted"]), refs, tuple(row["fell_back"] or ()))
+        (again if row["row_type"] == "instance" else before)[row["schema"]][bytes(row["hash"])] = (
+            found
+        )
+    return again, before
 
 
-def _adjust_fallbacks(
+def _stored_deleted(conn: psycopg.Connection, schema_ids: list[str]) -> dict[str, set[bytes]]:
+    stored: dict[str, set[bytes]] = {}
+    for schema_id, instance_id in tables.deleted_sets(conn, schema_ids):
+        stored.setdefault(schema_id, set()).add(instance_id)
+    return stored
+
+
+def _settle_cascades(
+    catalog: Catalog,
+    schema_ids: list[str],
+    again: Befores,
+    stored: dict[str, set[bytes]],
+) -> tuple[dict[str, set[bytes]], set[str]]:
+    """The cascades of the increment; a schema where a delete would be undone, and what
+    cascades from it, leaves the increment (to be built whole)."""
+    order = catalog.order().order
+    whole: set[str] = set()
+    while True:
+        left = [s for s in order if s in schema_ids and s not in whole]
+        deleted_now, revived = cascade_increments(
+            catalog, left, {s: again[s] for s in left}, stored
+        )
+        if not revived:
+            return deleted_now, whole
+        whole |= revived
+        whole |= without_whole_targets(catalog, dict.fromkeys(left, 0), whole)
+
+
+def _fallbacks_after(
     conn: psycopg.Connection,
     catalog: Catalog,
-    reduced: DataFrame,
-    live: DataFrame,
-    by_id: dict[str, Outcome],
-    ok: list[str],
-) -> None:
-    """The table's fallback counts, minus the replaced rows as they were (`before`
-    rows of live instances), plus the rows that replace them."""
-    was_live = reduced.filter(
-        (F.col("row_type") == "before") & ~F.col("deleted") & F.col("schema").isin(ok)
+    schema_id: str,
+    again: Befores,
+    before: Befores,
+    deleted_now: dict[str, set[bytes]],
+    stored: dict[str, set[bytes]],
+) -> dict[str, int]:
+    """The table's fallback counts, less those of the replaced rows as they were (the
+    `before` instances that were live), plus those of the rows that replace them."""
+    counts = dict(tables.registry_outcome(conn, schema_id).fallbacks)
+    was_deleted = stored.get(schema_id, set())
+    for instance_id, instance in before[schema_id].items():
+        if not instance.deleted and instance_id not in was_deleted:
+            for name in instance.fell_back:
+                counts[name] = counts.get(name, 0) - 1
+    for instance_id, instance in again[schema_id].items():
+        if instance_id not in deleted_now[schema_id]:
+            for name in instance.fell_back:
+                counts[name] = counts.get(name, 0) + 1
+    return {name: counts.get(name, 0) for name in catalog.histories[schema_id].lens}
+
+
+def _flag_live(instances: DataFrame, deleted: DataFrame) -> DataFrame:
+    """The instances with `live`: not in `deleted` (schema, hash)."""
+    return (
+        instances.join(deleted.withColumn("gone", F.lit(True)), ["schema", "hash"], "left")
+        .withColumn("live", F.col("gone").isNull())
+        .persist(StorageLevel.DISK_ONLY)
     )
-    counts: dict[tuple[str, str], int] = {}
-    for frame, sign in ((live, 1), (was_live, -1)):
-        exploded = frame.select("schema", F.explode("fell_back").alias("f"))
-        for row in exploded.groupBy("schema", "f").count().collect():
-            key = (row["schema"], row["f"])
-            counts[key] = counts.get(key, 0) + sign * row["count"]
-    for schema_id in ok:
-        before = tables.registry_outcome(conn, schema_id).fallbacks
-        by_id[schema_id].fallbacks = {
-            name: before.get(name, 0) + counts.get((schema_id, name), 0)
-            for name in catalog.histories[schema_id].lens
-        }
 
 
 def _write(
@@ -466,11 +520,7 @@ def _write(
     ok = _fail_reductions(conn, reduced, by_id, as_of)
     instances = reduced.filter((F.col("row_type") == "instance") & F.col("schema").isin(ok))
     deleted = _cascade(spark, conn, catalog, instances, ok)
-    flagged = (
-        instances.join(deleted.withColumn("gone", F.lit(True)), ["schema", "hash"], "left")
-        .withColumn("live", F.col("gone").isNull())
-        .persist(StorageLevel.DISK_ONLY)
-    )
+    flagged = _flag_live(instances, deleted)
     live = flagged.filter("live")
     targets = {
         s: _row_target(stage, catalog.histories[s].lens) for s, stage in stages.items() if s in ok

@@ -322,6 +322,31 @@ def built_fingerprints(conn: psycopg.Connection, schema_ids: Sequence[str]) -> d
     return {schema_id: fingerprint for schema_id, fingerprint in rows}
 
 
+def rows_pointing_at(
+    conn: psycopg.Connection,
+    table_name: str,
+    fields: Sequence[tuple[str, bool]],
+    ids: Sequence[str],
+) -> set[str]:
+    """The rows (instance ids, hex) of a table whose field (name, is a list) holds one
+    of `ids` (hex): where a delete among `ids` may cascade to."""
+    if not fields or not ids:
+        return set()
+    tests = [
+        sql.SQL("{} && %(ids)s::text[]" if is_list else "{} = ANY(%(ids)s)").format(
+            sql.Identifier(name)
+        )
+        for name, is_list in fields
+    ]
+    rows = conn.execute(
+        sql.SQL("SELECT _instance_id FROM {} WHERE {}").format(
+            sql.Identifier(*split_table_name(table_name)), sql.SQL(" OR ").join(tests)
+        ),
+        {"ids": list(ids)},
+    )
+    return {instance_id for (instance_id,) in rows}
+
+
 def build_states(conn: psycopg.Connection, schema_ids: Sequence[str]) -> dict[str, BuildState]:
     """What each schema's current table was built from, where it is recorded and the
     table holds rows (`materialized`): the start of an incremental build."""

@@ -14,7 +14,7 @@ from p2panda_assets.pipeline.run import run_pipeline
 from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store.ingest import ingest
 from p2panda_assets.store.registry import register
-from p2panda_assets.testing.builder import CorpusBuilder, create_field, instances
+from p2panda_assets.testing.builder import CorpusBuilder, SchemaAuthor, create_field, instances
 from tests.pipeline.compare import engine_accounts, engine_tables, pg_accounts, pg_tables
 from tests.pipeline.test_pipeline_matches_engine import empty_store
 from tests.strategies import corpora
@@ -92,3 +92,109 @@ def test_new_messages_are_added_without_a_whole_build(spark, session_database):
         assert (whole.rows, added.rows) == (5, 5)
         assert pg_tables(conn, [schema.schema_id]) == engine_tables(expected)
         assert pg_accounts(conn) == engine_accounts(expected)
+
+
+def profiles_and_mails() -> tuple[CorpusBuilder, SchemaAuthor, SchemaAuthor]:
+    """Profiles, and mails whose `to` cascades from the profile it names."""
+    corpus = CorpusBuilder()
+    owner = corpus.author(1)
+    profile = owner.schema(1, "profile")
+    profile.migrate(create_field("name", "varchar", default=""))
+    mail = owner.schema(2, "mail")
+    mail.migrate(
+        create_field("to", "relation", schema=profile.log_ref, cascade=True),
+        create_field("title", "varchar", default=""),
+    )
+    return corpus, profile, mail
+
+
+def run_in_two_parts(spark, url: str, corpus: CorpusBuilder, early: int, schema_ids: list[str]):
+    with empty_store(url) as conn:
+        ingest(conn, corpus.pairs[:early])
+        for schema_id in schema_ids:
+            register(conn, *parse_schema_id(schema_id), None)
+        run_pipeline(spark, conn, url)
+        ingest(conn, corpus.pairs[early:])
+        outcomes = {o.schema_id: o for o in run_pipeline(spark, conn, url)}
+        expected = reduce_corpus(corpus.pairs, set(schema_ids))
+        assert pg_tables(conn, schema_ids) == engine_tables(expected)
+        assert pg_accounts(conn) == engine_accounts(expected)
+        assert registry_counts(conn, schema_ids) == engine_counts(expected)
+    return outcomes
+
+
+def test_a_delete_cascades_into_rows_no_new_message_names(spark, session_database):
+    corpus, profile, mail = profiles_and_mails()
+    people = instances(corpus.author(2), 1)
+    panda, sloth = (people.create(profile.ref(), name=n) for n in ("panda", "sloth"))
+    post = instances(corpus.author(3), 1)
+    for to in (panda, sloth, panda, sloth, panda):
+        post.create(mail.ref(), to=to, title="hi")
+    early = len(corpus.pairs)
+    people.delete(panda)
+    outcomes = run_in_two_parts(
+        spark, session_database, corpus, early, [profile.schema_id, mail.schema_id]
+    )
+    assert outcomes[profile.schema_id].incremental and outcomes[mail.schema_id].incremental
+    assert outcomes[mail.schema_id].rows == 2
+
+
+def test_a_row_whose_cascade_is_undone_rebuilds_its_schema_whole(spark, session_database):
+    corpus, profile, mail = profiles_and_mails()
+    people = instances(corpus.author(2), 1)
+    panda, sloth = (people.create(profile.ref(), name=n) for n in ("panda", "sloth"))
+    post = instances(corpus.author(3), 1)
+    first = post.create(mail.ref(), to=panda, title="hi")
+    for _ in range(4):
+        post.create(mail.ref(), to=sloth, title="hi")
+    people.delete(panda)
+    early = len(corpus.pairs)
+    post.update(mail.ref(), first, to=sloth)  # away from the deleted profile
+    outcomes = run_in_two_parts(
+        spark, session_database, corpus, early, [profile.schema_id, mail.schema_id]
+    )
+    assert not outcomes[mail.schema_id].incremental
+    assert outcomes[mail.schema_id].rows == 5
+
+
+@st.composite
+def growing_mail(draw: st.DrawFn) -> tuple[CorpusBuilder, list[str], int]:
+    """Profiles and mails that cascade from them, written by a few authors (creates,
+    updates, deletes, some of them by the wrong author), and where the newer part
+    starts: the shape of a store that grows, which incremental builds take."""
+    corpus, profile, mail = profiles_and_mails()
+    authors = range(2, 2 + draw(st.integers(1, 3)))
+    profiles: list[tuple[int, bytes]] = []
+    mails: list[tuple[int, bytes]] = []
+    for _ in range(draw(st.integers(4, 24))):
+        author = draw(st.sampled_from(authors))
+        people, post = instances(corpus.author(author), 1), instances(corpus.author(author), 2)
+        action = draw(st.sampled_from(["profile", "mail", "update", "delete", "garbage"]))
+        if action == "profile" or not profiles:
+            profiles.append((author, people.create(profile.ref(), name=f"p{len(profiles)}")))
+        elif action == "mail":
+            to = draw(st.sampled_from(profiles))[1]
+            mails.append((author, post.create(mail.ref(), to=to, title="hi")))
+        elif action == "update" and mails:
+            to = draw(st.sampled_from(profiles))[1]
+            post.update(mail.ref(), draw(st.sampled_from(mails))[1], to=to)
+        elif action == "delete":
+            owner, target = draw(st.sampled_from(profiles + mails))
+            log = 1 if (owner, target) in profiles else 2
+            instances(corpus.author(draw(st.sampled_from([owner, author]))), log).delete(target)
+        else:
+            post.raw(b"\xff not cbor")
+    cut = draw(st.integers(2 * len(corpus.pairs) // 3, len(corpus.pairs) - 1))
+    return corpus, [profile.schema_id, mail.schema_id], cut
+
+
+@settings(
+    max_examples=16,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(growing=growing_mail())
+def test_a_growing_store_with_cascades_equals_the_engine(spark, session_database, growing):
+    corpus, schema_ids, cut = growing
+    outcomes = run_in_two_parts(spark, session_database, corpus, cut, schema_ids)
+    event(f"incremental builds in the second run: {sum(o.incremental for o in outcomes.values())}")

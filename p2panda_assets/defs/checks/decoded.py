@@ -67,6 +67,7 @@ def decoded_model(schema_id: str, tally: Tally) -> pa.DataFrameSchema:
                     lambda c: ~F.length(c).isin(*HASH_SIZES),
                 ),
             ),
+            "batch": column("batch", T.LongType(), False, at_least("batch", 1)),
             "is_schema_log": column("is_schema_log", T.BooleanType(), False),
             "kind": column(
                 "kind",
