@@ -227,6 +227,8 @@ def materialized_table(
         metadata={
             "schema_name": name,
             "status": str(outcome.status),
+            # Only the instances new messages name were reduced again (pipeline.increments).
+            "incremental": outcome.incremental,
             "table": outcome.table_name,
             "dagster/row_count": outcome.rows,
             "version": outcome.version,

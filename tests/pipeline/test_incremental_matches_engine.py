@@ -8,12 +8,13 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from psycopg import sql
 
 from p2panda_assets.engine.corpus import Corpus, reduce_corpus
 from p2panda_assets.pipeline.run import run_pipeline
 from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store.ingest import ingest
-from p2panda_assets.store.registry import register
+from p2panda_assets.store.registry import register, table_name_for
 from p2panda_assets.testing.builder import CorpusBuilder, SchemaAuthor, create_field, instances
 from tests.pipeline.compare import engine_accounts, engine_tables, pg_accounts, pg_tables
 from tests.pipeline.test_pipeline_matches_engine import empty_store
@@ -198,3 +199,41 @@ def test_a_growing_store_with_cascades_equals_the_engine(spark, session_database
     corpus, schema_ids, cut = growing
     outcomes = run_in_two_parts(spark, session_database, corpus, cut, schema_ids)
     event(f"incremental builds in the second run: {sum(o.incremental for o in outcomes.values())}")
+
+
+def test_an_increment_postgresql_refuses_fails_only_its_schema(spark, session_database):
+    corpus = CorpusBuilder()
+    notes, tags = corpus.author(1).schema(1, "note"), corpus.author(1).schema(2, "tag")
+    notes.migrate(create_field("title", "text", default=""))
+    tags.migrate(create_field("label", "varchar", default=""))
+    note_log, tag_log = instances(corpus.author(2), 1), instances(corpus.author(2), 2)
+    for n in range(3):
+        note_log.create(notes.ref(), title=f"note {n}")
+        tag_log.create(tags.ref(), label=f"tag {n}")
+    early = len(corpus.pairs)
+    note_log.create(notes.ref(), title="refused")
+    tag_log.create(tags.ref(), label="taken")
+    schema_ids = [notes.schema_id, tags.schema_id]
+    with empty_store(session_database) as conn:
+        ingest(conn, corpus.pairs[:early])
+        for schema_id in schema_ids:
+            register(conn, *parse_schema_id(schema_id), None)
+        run_pipeline(spark, conn, session_database)
+        table = sql.Identifier(*table_name_for(notes.schema_id).split("."))
+        conn.execute(  # a user's constraint the new row breaks
+            sql.SQL("ALTER TABLE {} ADD CONSTRAINT no_refusals CHECK (title <> 'refused')").format(
+                table
+            )
+        )
+        ingest(conn, corpus.pairs[early:])
+        outcomes = {o.schema_id: o for o in run_pipeline(spark, conn, session_database)}
+        failed, built = outcomes[notes.schema_id], outcomes[tags.schema_id]
+        assert failed.status == "failed"
+        assert failed.message.startswith("adding to the table failed: new row for relation")
+        assert (built.status, built.incremental, built.rows) == ("materialized", True, 4)
+        kept = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone()[0]
+        assert kept == 3  # the old rows, whole
+        status = conn.execute(
+            "SELECT status FROM p2panda.schemas WHERE schema_id = %s", (notes.schema_id,)
+        ).fetchone()[0]
+        assert status == "failed"

@@ -1,8 +1,9 @@
 """One schema's failed build does not stop the others (through the real `panda`
 commands, Dagster and Spark): a table that cannot be swapped (a user's view depends on
 it) keeps its old rows, its registry row says `failed` and why, `panda status` shows it,
-the other schemas are built, and `panda materialize` ends with one `error:` line for it
-and exit 1. Once the obstacle is gone, the next run builds it."""
+the other schemas are built (here by adding what is new to their tables), and `panda
+materialize` ends with one `error:` line for it and exit 1. Once the obstacle is gone,
+the next run builds it."""
 
 from __future__ import annotations
 
@@ -50,7 +51,10 @@ def test_a_schema_whose_swap_fails_is_failed_and_the_others_are_built(
         ok(panda("register", author_hex, log_id))
     ok(panda("materialize"))
 
-    note_log.create(notes.ref(), title="second")
+    # A new field: the notes table is built whole and swapped (an increment that only
+    # adds rows would not need the swap the view blocks).
+    notes.migrate(create_field("body", "text", default=""))
+    note_log.create(notes.ref(), title="second", body="b")
     tag_log.create(tags.ref(), label="second")
     ok(panda("ingest", write(tmp_path / "two.jsonl", corpus)))
     with psycopg.connect(database_url, autocommit=True) as conn:
