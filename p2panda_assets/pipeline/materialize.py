@@ -417,29 +417,29 @@ def _build_increments(
         broadcast.unpersist()
 
 
-Befores = dict[str, dict[bytes, Again]]
+ByInstance = dict[str, dict[bytes, Again]]  # schema -> instance id -> how it reduced
 
 
-def _reduced_again(reduced: DataFrame, ok: list[str]) -> tuple[Befores, Befores]:
+def _reduced_again(reduced: DataFrame, ok: list[str]) -> tuple[ByInstance, ByInstance]:
     """The instances reduced again, per schema: as all their messages make them, and
     as the messages the table was built from made them (`before`)."""
-    again: Befores = {s: {} for s in ok}
-    before: Befores = {s: {} for s in ok}
+    again: ByInstance = {s: {} for s in ok}
+    before: ByInstance = {s: {} for s in ok}
+    columns = ("row_type", "schema", "hash", "deleted", "cascade_target", "cascade_ref")
     rows = (
         reduced.filter(F.col("row_type").isin("instance", "before") & F.col("schema").isin(ok))
-        .select(
-            "row_type", "schema", "hash", "deleted", "cascade_target", "cascade_ref", "fell_back"
-        )
+        .select(*columns, "fell_back")
         .collect()
     )
     for row in rows:
-        refs = tuple(
-            zip(row["cascade_target"] or (), map(bytes, row["cascade_ref"] or ()), strict=True)
+        targets, refs = row["cascade_target"] or (), row["cascade_ref"] or ()
+        found = Again(
+            bool(row["deleted"]),
+            tuple(zip(targets, map(bytes, refs), strict=True)),
+            tuple(row["fell_back"] or ()),
         )
-        found = Again(bool(row["deleted"]), refs, tuple(row["fell_back"] or ()))
-        (again if row["row_type"] == "instance" else before)[row["schema"]][bytes(row["hash"])] = (
-            found
-        )
+        into = again if row["row_type"] == "instance" else before
+        into[row["schema"]][bytes(row["hash"])] = found
     return again, before
 
 
@@ -453,7 +453,7 @@ def _stored_deleted(conn: psycopg.Connection, schema_ids: list[str]) -> dict[str
 def _settle_cascades(
     catalog: Catalog,
     schema_ids: list[str],
-    again: Befores,
+    again: ByInstance,
     stored: dict[str, set[bytes]],
 ) -> tuple[dict[str, set[bytes]], set[str]]:
     """The cascades of the increment; a schema where a delete would be undone, and what
@@ -475,8 +475,8 @@ def _fallbacks_after(
     conn: psycopg.Connection,
     catalog: Catalog,
     schema_id: str,
-    again: Befores,
-    before: Befores,
+    again: ByInstance,
+    before: ByInstance,
     deleted_now: dict[str, set[bytes]],
     stored: dict[str, set[bytes]],
 ) -> dict[str, int]:
