@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import psycopg
-from pyspark.sql import Column, DataFrame, Row
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from p2panda_assets.engine.cascade import cascade_fields
@@ -71,64 +71,43 @@ class Digest:
     total: int
 
 
-def _hash_bits() -> Column:
-    """60 bits of the SHA-256 of an entry hash: summed, a digest that does not depend
-    on order."""
-    return F.conv(F.substring(F.sha2(F.col("hash"), 256), 1, 15), 16, 10).cast("decimal(38,0)")
-
-
-def _sums(old: Column) -> list[Column]:
-    bits = _hash_bits()
-    return [
-        F.sum(F.when(old, 1).otherwise(0)).alias("before_count"),
-        F.sum(F.when(old, bits).otherwise(0)).alias("before_sum"),
-        F.count("*").alias("count"),
-        F.sum(bits).alias("sum"),
-    ]
-
-
 def message_digests(decoded: DataFrame, built: Mapping[str, int]) -> dict[str, Digest]:
     """The digests of the schemas `built` names (schema -> the batch its table was
-    built up to, -1 for none): a count and a sum of bits of each entry hash, for the
-    schema's messages and for every message of the store (two small Spark jobs)."""
-    spark = decoded.sparkSession
-    frame = spark.createDataFrame(list(built.items()), "schema string, built_batch long")
-    assigned = decoded.filter(F.col("assignment") == Assignment.ASSIGNED.value)
-    old = F.col("batch") <= F.col("built_batch")
-    own = {
-        r["schema"]: r
-        for r in assigned.join(F.broadcast(frame), "schema")
-        .groupBy("schema")
-        .agg(*_sums(old))
+    built up to, -1 for none): a count and a sum of 60 bits of the SHA-256 of each
+    entry hash (a digest that does not depend on order), for the schema's messages and
+    for every message of the store. One Spark job sums them by schema and batch; the
+    rest is added up here."""
+    bits = F.conv(F.substring(F.sha2(F.col("hash"), 256), 1, 15), 16, 10).cast("decimal(38,0)")
+    assigned = F.col("assignment") == Assignment.ASSIGNED.value
+    sums = (
+        decoded.groupBy("schema", assigned.alias("assigned"), "batch")
+        .agg(F.count("*").alias("count"), F.sum(bits).alias("sum"))
         .collect()
-    }
-    batches = spark.createDataFrame([(b,) for b in set(built.values())], "built_batch long")
-    store = {
-        r["built_batch"]: r
-        for r in decoded.select("hash", "batch")
-        .crossJoin(F.broadcast(batches))
-        .groupBy("built_batch")
-        .agg(*_sums(old))
-        .collect()
-    }
+    )
+
+    def total(schema_id: str | None, batch: int | None) -> tuple[int, str]:
+        """Count and digest of the messages of `schema_id` (None: of the store) from
+        batches up to `batch` (None: from all)."""
+        rows = [
+            r
+            for r in sums
+            if (schema_id is None or (r["schema"] == schema_id and r["assigned"]))
+            and (batch is None or r["batch"] <= batch)
+        ]
+        count = sum(int(r["count"]) for r in rows)
+        return count, f"{count}:{sum(int(r['sum']) for r in rows)}"
+
     digests = {}
     for schema_id, batch in built.items():
-        mine, every = own.get(schema_id), store.get(batch)
-        count = 0 if mine is None else int(mine["count"])
-        new = 0 if mine is None else count - int(mine["before_count"])
+        before_count, own_before = total(schema_id, batch)
+        count, own_now = total(schema_id, None)
         digests[schema_id] = Digest(
-            f"{_pair(mine, 'before_')}/{_pair(every, 'before_')}",
-            f"{_pair(mine, '')}/{_pair(every, '')}",
-            new,
+            f"{own_before}/{total(None, batch)[1]}",
+            f"{own_now}/{total(None, None)[1]}",
+            count - before_count,
             count,
         )
     return digests
-
-
-def _pair(row: Row | None, prefix: str) -> str:
-    if row is None:
-        return "0:0"
-    return f"{row[prefix + 'count']}:{row[prefix + 'sum'] or 0}"
 
 
 @dataclass(frozen=True, slots=True)
