@@ -640,10 +640,11 @@ def measure_increment(
     seconds = time.perf_counter() - started
     took = {name: round(took, 1) for name, took in stages.seconds.items()}
     built = sum(o.status in ("materialized", "dropped") for o in outcomes)
+    added = sum(o.incremental for o in outcomes)
     line(
         "incremental",
         f"{seconds:.1f} s for {counts.accepted:,} new entries (ingest {ingested:.1f} s; "
-        f"{built} schemas rebuilt)",
+        f"{built} schemas built, {added} of them by adding what is new)",
     )
     return {
         "incremental_entries": counts.accepted,
