@@ -147,3 +147,8 @@ ALTER TABLE p2panda.schemas ADD COLUMN IF NOT EXISTS built_state jsonb;
 UPDATE p2panda.schemas SET status = 'pending' WHERE status = 'waiting';
 UPDATE p2panda.logs SET assignment = 'pending' WHERE assignment = 'waiting';
 UPDATE p2panda.accounts SET origin = 'pending' WHERE origin = 'waiting';
+
+-- This text changes with a release that changes the store (it is applied again then, and
+-- only then): the next run indexes again, so the chained messages in the columnar store
+-- have the columns this release reads (the `batch` of each message was added so).
+DELETE FROM p2panda.index_state;

@@ -104,3 +104,15 @@ def test_jdbc_options_refuse_urls_spark_cannot_use(url: str) -> None:
     with pytest.raises(P2pandaError) as error:
         jdbc_options(url)
     assert error.value.reason is Reason.BAD_INPUT
+
+
+@pytest.mark.postgres
+def test_a_new_schema_text_makes_the_next_run_index_again(conn) -> None:
+    """An upgrade's DDL forgets what the last index step saw: the chained messages are
+    written again with the columns the new release reads. The same text does not."""
+    conn.execute("INSERT INTO p2panda.index_state VALUES (1, 'indexed') ON CONFLICT DO NOTHING")
+    ensure_schema(conn)  # the same text: nothing runs
+    assert conn.execute("SELECT count(*) FROM p2panda.index_state").fetchone()[0] == 1
+    conn.execute("COMMENT ON SCHEMA p2panda IS 'p2panda ddl an older release'")
+    ensure_schema(conn)
+    assert conn.execute("SELECT count(*) FROM p2panda.index_state").fetchone()[0] == 0
