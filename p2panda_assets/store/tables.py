@@ -136,14 +136,7 @@ def swap_schema(
             "DELETE FROM p2panda.accounts WHERE origin = 'instance' AND schema_id = %s",
             (outcome.schema_id,),
         )
-        conn.execute(
-            sql.SQL(
-                "INSERT INTO p2panda.accounts (hash, schema_id, state, reason, message, origin)"
-                " SELECT hash, schema_id, state, reason, message, 'instance' FROM {}"
-                " WHERE schema_id = %s" + UPSERT_ACCOUNTS
-            ).format(accounts.identifier),
-            (outcome.schema_id,),
-        )
+        _upsert_instance_accounts(conn, accounts, outcome.schema_id)
         conn.execute(
             "DELETE FROM p2panda.deleted_instances WHERE schema_id = %s", (outcome.schema_id,)
         )
@@ -179,14 +172,7 @@ def apply_increment(
             ([t.hex() for t in touched],),
         )
         conn.execute(sql.SQL("INSERT INTO {} SELECT * FROM {}").format(table, stage.identifier))
-        conn.execute(
-            sql.SQL(
-                "INSERT INTO p2panda.accounts (hash, schema_id, state, reason, message, origin)"
-                " SELECT hash, schema_id, state, reason, message, 'instance' FROM {}"
-                " WHERE schema_id = %s" + UPSERT_ACCOUNTS
-            ).format(accounts.identifier),
-            (outcome.schema_id,),
-        )
+        _upsert_instance_accounts(conn, accounts, outcome.schema_id)
         conn.execute(
             "INSERT INTO p2panda.deleted_instances (schema_id, instance_id)"
             " SELECT %s, unnest(%s::bytea[]) ON CONFLICT DO NOTHING",
@@ -197,6 +183,18 @@ def apply_increment(
         outcome.rows = int(row[0])
         update_registry(conn, outcome, fingerprint, state)
         failpoint(Failpoint.SWAPPING)
+
+
+def _upsert_instance_accounts(conn: psycopg.Connection, accounts: Stage, schema_id: str) -> None:
+    """The staged accounts of the schema's instance logs into `p2panda.accounts`."""
+    conn.execute(
+        sql.SQL(
+            "INSERT INTO p2panda.accounts (hash, schema_id, state, reason, message, origin)"
+            " SELECT hash, schema_id, state, reason, message, 'instance' FROM {}"
+            " WHERE schema_id = %s" + UPSERT_ACCOUNTS
+        ).format(accounts.identifier),
+        (schema_id,),
+    )
 
 
 def swap_version(conn: psycopg.Connection, outcome: Outcome, stage: Stage | None) -> None:
