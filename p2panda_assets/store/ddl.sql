@@ -141,6 +141,9 @@ ALTER TABLE p2panda.schemas ADD COLUMN IF NOT EXISTS built_fingerprint text;
 -- What the table was built from, for the next build to add only what is new: the newest
 -- verified batch it saw, a digest of its messages, and a key of its lens (BuildState).
 ALTER TABLE p2panda.schemas ADD COLUMN IF NOT EXISTS built_state jsonb;
+-- Whether the last build added to the table (pipeline/increments.py) or built it whole.
+ALTER TABLE p2panda.schemas ADD COLUMN IF NOT EXISTS built_incrementally boolean NOT NULL
+    DEFAULT false;
 
 -- "Pending" is the one word for not-yet (statuses.py): rows written before it said
 -- 'waiting' (a schema's status, a log's assignment, the stage of an account).

@@ -280,7 +280,8 @@ def update_registry(
     conn.execute(
         """
         UPDATE p2panda.schemas SET version = %s, version_hash = %s, rows = %s, fallbacks = %s,
-          materialized_at = now(), built_fingerprint = %s, built_state = %s
+          materialized_at = now(), built_fingerprint = %s, built_state = %s,
+          built_incrementally = %s
         WHERE schema_id = %s
         """,
         (
@@ -290,6 +291,7 @@ def update_registry(
             Jsonb(outcome.fallbacks),
             fingerprint,
             None if state is None else Jsonb(state.as_json()),
+            outcome.incremental,
             outcome.schema_id,
         ),
     )
@@ -392,8 +394,9 @@ def registry_outcome(conn: psycopg.Connection, schema_id: str) -> Outcome:
     reports whose table an earlier run of its batch built (`unchanged` is only ever a
     built table, so there is no reason to carry)."""
     row = conn.execute(
-        "SELECT status, rows, version, version_hash, table_name, upstream,"
-        " fallbacks, name, description, migrations FROM p2panda.schemas WHERE schema_id = %s",
+        "SELECT status, rows, version, version_hash, table_name, upstream, fallbacks,"
+        " name, description, migrations, built_incrementally"
+        " FROM p2panda.schemas WHERE schema_id = %s",
         (schema_id,),
     ).fetchone()
     if row is None:
@@ -411,6 +414,7 @@ def registry_outcome(conn: psycopg.Connection, schema_id: str) -> Outcome:
         name=row[7],
         description=row[8],
         migrations=dict(row[9] or {}),
+        incremental=bool(row[10]),
     )
 
 

@@ -15,6 +15,7 @@ from p2panda_assets.pipeline.run import run_pipeline
 from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store.ingest import ingest
 from p2panda_assets.store.registry import register, table_name_for
+from p2panda_assets.store.tables import registry_outcome
 from p2panda_assets.testing.builder import CorpusBuilder, SchemaAuthor, create_field, instances
 from tests.pipeline.compare import engine_accounts, engine_tables, pg_accounts, pg_tables
 from tests.pipeline.test_pipeline_matches_engine import empty_store
@@ -37,7 +38,7 @@ def engine_counts(corpus: Corpus) -> dict[str, tuple[int, dict[str, int]]]:
 
 
 @settings(
-    max_examples=24,
+    max_examples=12,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
@@ -91,6 +92,7 @@ def test_new_messages_are_added_without_a_whole_build(spark, session_database):
         expected = reduce_corpus(corpus.pairs, {schema.schema_id})
         assert (whole.incremental, added.incremental) == (False, True)
         assert (whole.rows, added.rows) == (5, 5)
+        assert registry_outcome(conn, schema.schema_id).incremental  # other runs report it
         assert pg_tables(conn, [schema.schema_id]) == engine_tables(expected)
         assert pg_accounts(conn) == engine_accounts(expected)
 
@@ -190,7 +192,7 @@ def growing_mail(draw: st.DrawFn) -> tuple[CorpusBuilder, list[str], int]:
 
 
 @settings(
-    max_examples=16,
+    max_examples=12,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
