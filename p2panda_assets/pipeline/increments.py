@@ -29,7 +29,7 @@ Whatever is not incremental is built whole, as before, after the incremental one
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import psycopg
@@ -156,9 +156,7 @@ def cascade_targets(catalog: Catalog, schema_id: str) -> set[str | None]:
     return {t for _, t in cascade_fields(catalog.histories[schema_id].lens, catalog.hash_index)}
 
 
-def without_whole_targets(
-    catalog: Catalog, increments: Mapping[str, int], whole: set[str]
-) -> set[str]:
+def without_whole_targets(catalog: Catalog, increments: Iterable[str], whole: set[str]) -> set[str]:
     """The incremental schemas that must be built whole after all: a schema a cascade
     field of theirs names is (their cascades read its deleted set, which the whole
     build decides later), and so on down the relations."""
@@ -258,6 +256,7 @@ def cascade_increments(
     revived: set[str] = set()
 
     def gone(target: str | None) -> set[bytes]:
+        """The deleted set of a schema decided before the one at hand."""
         if target is None:
             return set()
         if target in again:
@@ -267,12 +266,20 @@ def cascade_increments(
     for schema_id in order:
         instances = again[schema_id]
         deleted = deleted_now[schema_id] = {h for h, a in instances.items() if a.deleted}
-        changed = bool(cascade_targets(catalog, schema_id))
+        targets = cascade_targets(catalog, schema_id)
+        # Computed once: only the schema's own set grows while its cascades are decided.
+        upstream = {t: gone(t) for t in targets if t != schema_id}
+        own = stored.get(schema_id, set()) - set(instances)
+
+        changed = bool(targets)
         while changed:
             changed = False
             for instance_id, instance in instances.items():
                 if instance_id not in deleted and any(
-                    ref in gone(target) for target, ref in instance.refs
+                    (ref in own or ref in deleted)
+                    if target == schema_id
+                    else ref in upstream[target]
+                    for target, ref in instance.refs
                 ):
                     deleted.add(instance_id)
                     changed = True

@@ -364,10 +364,9 @@ def _build_increments(
     accounts = None
     broadcast = spark.sparkContext.broadcast(catalog)
     try:
-        built = {s: plan.increments[s] for s in by_id}
-        keys = new_keys(decoded, min(built.values()))
+        keys = new_keys(decoded, min(plan.increments.values()))
         keys |= reached_rows(conn, catalog, list(by_id), keys)
-        touched = with_owners(touched_messages(decoded, built, keys), decoded)
+        touched = with_owners(touched_messages(decoded, plan.increments, keys), decoded)
         reduced = reduce_logs(touched, broadcast, incremental=True).persist(StorageLevel.DISK_ONLY)
         ok = _fail_reductions(conn, reduced, by_id, None)
         again, before = _reduced_again(reduced, ok)
@@ -456,19 +455,19 @@ def _settle_cascades(
     again: ByInstance,
     stored: dict[str, set[bytes]],
 ) -> tuple[dict[str, set[bytes]], set[str]]:
-    """The cascades of the increment; a schema where a delete would be undone, and what
-    cascades from it, leaves the increment (to be built whole)."""
-    order = catalog.order().order
+    """The cascades of the increment (`schema_ids` upstream first, as a build takes
+    them); a schema where a delete would be undone, and what cascades from it, leaves
+    the increment (to be built whole)."""
     whole: set[str] = set()
     while True:
-        left = [s for s in order if s in schema_ids and s not in whole]
+        left = [s for s in schema_ids if s not in whole]
         deleted_now, revived = cascade_increments(
             catalog, left, {s: again[s] for s in left}, stored
         )
         if not revived:
             return deleted_now, whole
         whole |= revived
-        whole |= without_whole_targets(catalog, dict.fromkeys(left, 0), whole)
+        whole |= without_whole_targets(catalog, left, whole)
 
 
 def _fallbacks_after(
