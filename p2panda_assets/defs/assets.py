@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import dagster as dg
 import psycopg
 from dagster_pyspark import PySparkResource
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from p2panda_assets.defs.partitions import schemas
@@ -30,7 +31,7 @@ from p2panda_assets.engine.compatibility import history_compatibility
 from p2panda_assets.engine.corpus import Catalog
 from p2panda_assets.engine.relations import BuildOrder
 from p2panda_assets.pipeline.columns import pg_type
-from p2panda_assets.pipeline.index import decoded_path, last_index, run_index
+from p2panda_assets.pipeline.index import decoded_paths, last_index, read_layers, run_index
 from p2panda_assets.pipeline.materialize import materialize_schemas
 from p2panda_assets.protocol.ids import checked_schema_id
 from p2panda_assets.statuses import BUILT, BuildStatus
@@ -80,11 +81,14 @@ def raw_entries(
 
 @dataclass(frozen=True, slots=True)
 class Decoded:
-    """A partition's decoded messages as the last index step wrote them."""
+    """A partition's decoded messages as the index steps wrote them."""
 
     schema_id: str
     name: str  # the schema's shown name (its id if it has none)
-    path: str | None  # None: no decoded messages
+    paths: list[str]  # one directory per chained layer holding some; none: no messages
+
+    def frame(self, spark: SparkSession) -> DataFrame | None:
+        return read_layers(spark, self.paths)
 
 
 def decoded_of(partition_key: str, pyspark: PySparkResource, postgres: PostgresResource) -> Decoded:
@@ -92,9 +96,9 @@ def decoded_of(partition_key: str, pyspark: PySparkResource, postgres: PostgresR
     schema_id = checked_schema_id(partition_key)
     spark = pyspark.spark_session
     with postgres.connect() as conn:
-        path = decoded_path(spark, conn, schema_id)
+        paths = decoded_paths(spark, conn, schema_id)
         name = shown_name_of(conn, schema_id) or schema_id
-    return Decoded(schema_id, name, path)
+    return Decoded(schema_id, name, paths)
 
 
 @dg.asset(partitions_def=schemas, group_name=GROUP, deps=[raw_entries], kinds={"spark", "parquet"})
@@ -104,10 +108,9 @@ def decoded_messages(
     """The schema's log and instance logs, chained and decoded, one row per accepted entry,
     in the columnar store (written by the index step)."""
     decoded = decoded_of(context.partition_key, pyspark, postgres)
-    name, path = decoded.name, decoded.path
-    if path is None:
+    name, frame = decoded.name, decoded.frame(pyspark.spark_session)
+    if frame is None:
         return dg.MaterializeResult(metadata={"schema_name": name, "messages": 0})
-    frame = pyspark.spark_session.read.parquet(path)
     by_kind = frame.groupBy("kind").agg(F.count(F.lit(1)).alias("n"), F.count("error").alias("e"))
     counted = by_kind.collect()  # one job: every Spark job costs ~0.1 s on the way to a row
     kinds = {r["kind"] or "undecodable": r["n"] for r in counted}
@@ -115,7 +118,8 @@ def decoded_messages(
     return dg.MaterializeResult(
         metadata={
             "schema_name": name,
-            "path": dg.MetadataValue.path(path),
+            "path": dg.MetadataValue.path(decoded.paths[0]),
+            "layers": len(decoded.paths),
             "messages": sum(kinds.values()),
             "by_kind": dg.MetadataValue.json(kinds),
             "undecodable": errors,

@@ -37,7 +37,7 @@ from p2panda_assets.errors import P2pandaError, Pending, Reason, Rejection
 from p2panda_assets.protocol.entry import Entry, decode_entry, verify_entry
 from p2panda_assets.protocol.hashing import DEFAULT_ALGORITHM
 from p2panda_assets.protocol.ids import format_schema_id
-from p2panda_assets.protocol.log import validate_log
+from p2panda_assets.protocol.log import LogTip, validate_log
 from p2panda_assets.protocol.messages import (
     Create,
     Delete,
@@ -124,6 +124,12 @@ class LogSummary:
     is_schema: bool
     first_ref: VersionedSchema | None
 
+    @property
+    def settled(self) -> bool:
+        """No later entry can change it: its first message decoded, and named a schema
+        or was a schema message."""
+        return self.is_schema or self.first_ref is not None
+
 
 @dataclass(slots=True)
 class ChainedLog:
@@ -131,6 +137,7 @@ class ChainedLog:
     log_id: int
     items: list[LogItem]  # the accepted entries, in seq order, messages decoded
     accounts: Accounts  # entries the chain rules rejected or hold pending
+    ended: bool = False  # its last accepted entry ends the log
 
     @property
     def key(self) -> LogKey:
@@ -153,11 +160,14 @@ def cut_log(log: ChainedLog, version: int) -> ChainedLog:
     return replace(log, items=[item for item in log.items if item[0] <= version], accounts={})
 
 
-def chain_log(author: bytes, log_id: int, entries: Iterable[tuple[Entry, bytes]]) -> ChainedLog:
-    """Apply the chain rules to one log's verified entries; decode the accepted ones."""
+def chain_log(
+    author: bytes, log_id: int, entries: Iterable[tuple[Entry, bytes]], tip: LogTip | None = None
+) -> ChainedLog:
+    """Apply the chain rules to one log's verified entries (or to those after `tip`, a
+    log so far all accepted); decode the accepted ones."""
     entries = list(entries)
     payloads = {entry.hash: payload for entry, payload in entries}
-    verdict = validate_log(entry for entry, _ in entries)
+    verdict = validate_log((entry for entry, _ in entries), tip)
     accounts: Accounts = {
         h: Account.of(State.REJECTED, r, None) for h, r in verdict.rejected.items()
     }
@@ -166,7 +176,8 @@ def chain_log(author: bytes, log_id: int, entries: Iterable[tuple[Entry, bytes]]
             State.PENDING, Reason.AWAITING_ENTRY, f"awaits seq {seq} of its log"
         )
     items = [(e.seq_num, e.hash, _decode(payloads[e.hash])) for e in verdict.accepted]
-    return ChainedLog(author, log_id, items, accounts)
+    ended = verdict.ended if verdict.accepted else bool(tip and tip.ended)
+    return ChainedLog(author, log_id, items, accounts, ended)
 
 
 def _decode(payload: bytes) -> Message | P2pandaError:

@@ -2,14 +2,23 @@
 engine's `chain_log`, the schema logs folded (`Catalog`), the instance logs assigned to
 schemas, and everything no schema build decides accounted for.
 
-The chained messages of every log are written to the columnar store once per run, by
-the schema their log is assigned to: the reduction of any set of schemas reads its
-partitions from there, and the decoded-messages check inspects them. Only small things
-reach the driver: one summary per log, and the schema logs.
+The chained messages of every log are written to the columnar store, by the schema
+their log is assigned to: the reduction of any set of schemas reads its partitions from
+there, and the decoded-messages check inspects them. Only small things reach the driver:
+one summary per log, and the schema logs.
+
+Most runs *append* (`_append_index`): only the new batches are read, each log they touch
+is continued from its tip (`protocol.log.LogTip`), and the new messages are written as a
+layer on top of the chained runs before. A run chains every log again, in one new run,
+when appending would not give what chaining everything gives: a log that is not all
+accepted (a gap, a fork) or whose schema is not settled gets a new entry, an entry lands
+at or before its log's tip, the decision on any log already indexed changes (a schema
+arrived or was registered), over half the store is new, or the layers are many.
 """
 
 from __future__ import annotations
 
+import json
 import secrets
 from dataclasses import dataclass, replace
 from decimal import Decimal
@@ -23,7 +32,6 @@ from pyspark.sql import functions as F
 
 from p2panda_assets.engine.corpus import (
     Accounts,
-    Assignment,
     Catalog,
     ChainedLog,
     LogItem,
@@ -50,6 +58,7 @@ from p2panda_assets.pipeline.warehouse import (
 )
 from p2panda_assets.protocol.entry import decode_entry
 from p2panda_assets.protocol.ids import parse_schema_id
+from p2panda_assets.protocol.log import LogTip, anchors_for
 from p2panda_assets.protocol.messages import (
     Message,
     SchemaHashRef,
@@ -59,7 +68,7 @@ from p2panda_assets.protocol.messages import (
 )
 from p2panda_assets.statuses import Assignment as LogAssignment
 from p2panda_assets.store import pipeline_state as state_sql
-from p2panda_assets.store.catalog import registered_schemas
+from p2panda_assets.store.catalog import load_catalog, registered_schemas
 from p2panda_assets.store.catalog import stored_catalog as stored_catalog  # re-exported
 
 ACCOUNT_SPARK = "hash binary, schema_id string, state string, reason string, message string"
@@ -82,6 +91,9 @@ CHAIN_ARROW = arrow_schema(
         ("ref_schema_id", pa.string()),
         ("ref_version", pa.decimal128(20, 0)),
         ("ref_hash", pa.binary()),
+        ("tip_seq", pa.decimal128(20, 0)),
+        ("tip_ended", pa.bool_()),
+        ("clean", pa.bool_()),
         ("state", pa.string()),
         ("reason", pa.string()),
         ("message", pa.string()),
@@ -146,14 +158,17 @@ def account_rows(accounts: Accounts) -> list[dict[str, object]]:
 
 
 def _chain_group(rows: list[Row]) -> list[Row]:
-    """One log through the engine's `chain_log`: its accepted items, its summary, and
-    the accounts of the entries the chain rules reject or hold."""
+    """One log through the engine's `chain_log` (from its tip, if the rows carry one):
+    its accepted items, its summary and where it now stands, and the accounts of the
+    entries the chain rules reject or hold."""
     # Column types from the decoded frame: binary -> bytes, decimal(20,0) -> Decimal.
     author, log_id = cast(bytes, rows[0]["author"]), int(cast(Decimal, rows[0]["log_id"]))
+    tip = tip_of(rows[0])
     log = chain_log(
         author,
         log_id,
         [(decode_entry(cast(bytes, row["entry"])), cast(bytes, row["payload"])) for row in rows],
+        tip,
     )
     by_hash = {row["hash"]: row for row in rows}
     key = {"author": author, "log_id": Decimal(log_id)}
@@ -167,6 +182,9 @@ def _chain_group(rows: list[Row]) -> list[Row]:
             "ref_schema_id": ref_id,
             "ref_version": ref_version,
             "ref_hash": ref_hash,
+            "tip_seq": Decimal(log.items[-1][0] if log.items else tip.seq if tip else 0),
+            "tip_ended": log.ended,
+            "clean": not log.accounts,
         }
     ]
     for seq, entry_hash, message in log.items:
@@ -187,6 +205,18 @@ def _chain_group(rows: list[Row]) -> list[Row]:
         )
     out += [{"row_type": "account", **key, **row} for row in account_rows(log.accounts)]
     return out
+
+
+def tip_of(row: Row) -> LogTip | None:
+    """The tip a log is continued from, as `_tips_frame` joins it to its new entries."""
+    if row.get("tip_seq") is None:
+        return None
+    hashes = json.loads(cast(str, row["tip_hashes"]))
+    return LogTip(
+        int(cast(Decimal, row["tip_seq"])),
+        bool(row["tip_ended"]),
+        {int(seq): bytes.fromhex(h) for seq, h in hashes.items()},
+    )
 
 
 def items_log(rows: list[Row]) -> ChainedLog:
@@ -219,27 +249,36 @@ class IndexResult:
     catalog: Catalog
     order: BuildOrder
     warehouse: Warehouse
-    chained_run: str | None  # the chained messages of the store, by schema
+    layers: tuple[str, ...]  # the chained runs holding the store's messages, oldest first
     fingerprint: str  # what the index was computed from
     up_to_date: bool = False  # nothing changed since the last index step
     batch: int = 0  # the newest verified batch the chained messages hold
+    appended: bool = False  # this step continued the logs instead of chaining them all
 
     def decoded(self, spark: SparkSession) -> DataFrame | None:
         """Every chained message of the store (None before the first entry)."""
-        if self.chained_run is None:
-            return None
-        return spark.read.parquet(self.warehouse.chained(self.chained_run))
+        return read_layers(spark, [self.warehouse.chained(run) for run in self.layers])
 
 
-def decoded_path(spark: SparkSession, conn: psycopg.Connection, schema_id: str) -> str | None:
-    """Where the last index step wrote the schema's decoded messages (None: it wrote
-    none); from the progress row alone, without folding the catalog."""
-    state = state_sql.pipeline_state(conn)
-    if state.chained_run is None:
+def read_layers(spark: SparkSession, paths: list[str]) -> DataFrame | None:
+    """The union of chained runs (None for none). Each is read alone: Spark will not
+    discover the `schema=` partitions of several roots in one read."""
+    frames = [spark.read.parquet(path) for path in paths]
+    if not frames:
         return None
+    result = frames[0]
+    for frame in frames[1:]:
+        result = result.unionByName(frame)
+    return result
+
+
+def decoded_paths(spark: SparkSession, conn: psycopg.Connection, schema_id: str) -> list[str]:
+    """Where the index steps wrote the schema's decoded messages (one directory per
+    layer that holds some), from the progress row alone, without folding the catalog."""
+    state = state_sql.pipeline_state(conn)
     warehouse = Warehouse(warehouse_root(), state.warehouse_token)
-    path = warehouse.chained_schema(state.chained_run, schema_id)
-    return path if exists(spark, path) else None
+    paths = [warehouse.chained_schema(run, schema_id) for run in state.layers]
+    return [path for path in paths if exists(spark, path)]
 
 
 def run_index(spark: SparkSession, conn: psycopg.Connection, url: str) -> IndexResult:
@@ -262,7 +301,7 @@ def last_index(spark: SparkSession, conn: psycopg.Connection) -> IndexResult:
         catalog,
         catalog.order(),
         current_warehouse(spark, conn),
-        state.chained_run,
+        state.layers,
         state_sql.indexed_fingerprint(conn) or "",
         up_to_date=True,
         batch=state.batch,
@@ -278,38 +317,229 @@ def _run_index(spark: SparkSession, conn: psycopg.Connection, url: str) -> Index
         return replace(last_index(spark, conn), verified=verified)
     if state.batch == 0:  # nothing verified yet: no log, no schema
         catalog = Catalog({}, {}, registered_schemas(conn))
-        _commit(conn, url, spark, [], None, _empty_accounts(spark), warehouse, fingerprint)
-        return IndexResult(verified, 0, catalog, catalog.order(), warehouse, None, fingerprint)
+        _commit(conn, url, spark, [], None, _empty_accounts(spark), warehouse, fingerprint, 0)
+        return IndexResult(verified, 0, catalog, catalog.order(), warehouse, (), fingerprint)
+    appended = _append_index(spark, conn, url, warehouse, state, fingerprint)
+    if appended is not None:
+        _keep_chained(spark, warehouse, {*appended.layers, *state.layers})
+        return replace(appended, verified=verified)
     good = spark.read.parquet(warehouse.entries).filter(F.col("verdict") == "ok")
     # On disk, not in the JVM's heap: it holds every payload, and is read four times.
     chained = map_groups(good, ("author", "log_id"), ("seq",), _chain_group, CHAIN_ARROW).persist(
         StorageLevel.DISK_ONLY
     )
     try:
-        summaries = dict(
-            summary_of(r.asDict()) for r in chained.filter(F.col("row_type") == "log").collect()
-        )
+        logs = {
+            key: (summary, tip)
+            for key, summary, tip in map(
+                log_of, chained.filter(F.col("row_type") == "log").collect()
+            )
+        }
+        summaries = {key: summary for key, (summary, _) in logs.items()}
         schema_keys = [k for k, s in summaries.items() if s.is_schema]
         catalog = Catalog.build(_schema_logs(spark, chained, schema_keys), registered_schemas(conn))
-        assignment = catalog.assign(summaries)
         order = catalog.order()
-        plan = _log_plan(summaries, assignment)
+        plan = _log_plan(summaries, catalog, order)
         run = secrets.token_hex(6)
         items = chained.filter(F.col("row_type") == "item")
         _write_chained(spark, items, plan, warehouse.chained(run))
-        accounts = _index_accounts(spark, chained, catalog, assignment, order, plan)
-        _commit(conn, url, spark, _log_rows(summaries, plan), run, accounts, warehouse, fingerprint)
+        accounts = _index_accounts(spark, chained, catalog, plan)
+        rows = _log_rows(logs, plan)
+        _commit(conn, url, spark, rows, run, accounts, warehouse, fingerprint, state.batch)
     finally:
         chained.unpersist()
-    _keep_chained(spark, warehouse, {run, state.chained_run})
+    _keep_chained(spark, warehouse, {run, *state.layers})
     return IndexResult(
-        verified, len(summaries), catalog, order, warehouse, run, fingerprint, batch=state.batch
+        0, len(summaries), catalog, order, warehouse, (run,), fingerprint, batch=state.batch
     )
 
 
-def _keep_chained(spark: SparkSession, warehouse: Warehouse, keep: set[str | None]) -> None:
-    """Remove older chained runs. The previous one stays: a build that started from it
-    (and holds the pipeline lock while it reads) must still find its files."""
+# Appending stops at this many layers: the next step chains everything into one run.
+MAX_LAYERS = 12
+# ... and when more than this share of the verified entries is new.
+APPEND_SHARE = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class StoredLog:
+    """A logs row: what the last index step decided of the log, and where it stood."""
+
+    summary: LogSummary
+    decided: tuple[object, ...]  # schema, assignment, why_reason, why_message
+    tip_seq: int | None  # None: indexed by a release that did not record it
+    tip_ended: bool
+    clean: bool
+
+
+def _stored_logs(conn: psycopg.Connection) -> dict[LogKey, StoredLog]:
+    logs: dict[LogKey, StoredLog] = {}
+    for row in state_sql.stored_logs(conn):
+        author, log_id, is_schema, ref_id, ref_version, ref_hash = row[:6]
+        ref = ref_from_columns(
+            cast(str | None, ref_id),
+            cast(Decimal | None, ref_version),
+            cast(bytes | None, ref_hash),
+        )
+        tip_seq, tip_ended, clean = row[10:13]
+        logs[(bytes(cast(bytes, author)), int(cast(Decimal, log_id)))] = StoredLog(
+            LogSummary(bool(is_schema), ref),
+            tuple(row[6:10]),
+            None if tip_seq is None else int(cast(Decimal, tip_seq)),
+            bool(tip_ended),
+            bool(clean),
+        )
+    return logs
+
+
+def _append_index(
+    spark: SparkSession,
+    conn: psycopg.Connection,
+    url: str,
+    warehouse: Warehouse,
+    state: state_sql.PipelineState,
+    fingerprint: str,
+) -> IndexResult | None:
+    """Continue the logs the new batches touch, from their tips, and write their new
+    messages as one more layer; None when only chaining every log again is exact (see
+    the module's docstring), or cheaper."""
+    since = state_sql.indexed_batch(conn)
+    if since is None or not state.layers or len(state.layers) >= MAX_LAYERS:
+        return None
+    new = spark.read.parquet(warehouse.entries).filter(
+        (F.col("batch") > since) & (F.col("verdict") == "ok")
+    )
+    seqs: dict[LogKey, list[int]] = {}
+    for row in new.groupBy("author", "log_id").agg(F.collect_list("seq").alias("seqs")).collect():
+        seqs[(bytes(row["author"]), int(row["log_id"]))] = [int(n) for n in row["seqs"]]
+    if sum(map(len, seqs.values())) > APPEND_SHARE * state_sql.count_good_entries(conn):
+        return None
+    stored = _stored_logs(conn)
+    tips = _tips(spark, warehouse, state.layers, stored, seqs)
+    if tips is None:
+        return None
+    tipped = new.join(F.broadcast(_tips_frame(spark, tips)), ["author", "log_id"], "left")
+    chained = map_groups(tipped, ("author", "log_id"), ("seq",), _chain_group, CHAIN_ARROW)
+    chained = chained.persist(StorageLevel.DISK_ONLY)
+    try:
+        logs: dict[LogKey, tuple[LogSummary, tuple[object, ...]]] = {}
+        for key, summary, tip in map(log_of, chained.filter(F.col("row_type") == "log").collect()):
+            before = stored.get(key)
+            logs[key] = (summary if before is None else before.summary, tip)
+        summaries = {key: old.summary for key, old in stored.items()}
+        summaries.update({key: summary for key, (summary, _) in logs.items()})
+        schema_keys = [key for key, summary in summaries.items() if summary.is_schema]
+        catalog = load_catalog(conn, schema_keys, registered_schemas(conn))
+        order = catalog.order()
+        plan = _log_plan(summaries, catalog, order)
+        if any(_decided(plan[key]) != old.decided for key, old in stored.items()):
+            return None
+        run = secrets.token_hex(6)
+        items = chained.filter(F.col("row_type") == "item")
+        layers = state.layers
+        if sum(len(s) for s in seqs.values()):  # an empty layer is not worth a directory
+            _write_chained(spark, items, plan, warehouse.chained(run))
+            layers = (*layers, run)
+        accounts = _index_accounts(spark, chained, catalog, plan)
+        rows = _log_rows(logs, plan)
+        stage = state_sql.stage_table(conn, "accounts", secrets.token_hex(6))
+        try:
+            copy_frame(accounts, url, Target.into(stage, (*ACCOUNT_COLUMNS, ("origin", "text"))))
+            failpoint(Failpoint.INDEXED)
+            state_sql.commit_appended(conn, rows, stage, layers[1:], fingerprint, state.batch)
+        except BaseException:
+            state_sql.drop_tables(conn, [stage])
+            remove(spark, warehouse.chained(run))
+            raise
+    finally:
+        chained.unpersist()
+    return IndexResult(
+        0,
+        len(summaries),
+        catalog,
+        order,
+        warehouse,
+        layers,
+        fingerprint,
+        batch=state.batch,
+        appended=True,
+    )
+
+
+def _tips(
+    spark: SparkSession,
+    warehouse: Warehouse,
+    layers: tuple[str, ...],
+    stored: dict[LogKey, StoredLog],
+    seqs: dict[LogKey, list[int]],
+) -> dict[LogKey, LogTip] | None:
+    """The tip of every indexed log the new entries touch, with the hashes they may link
+    to (read from the chained layers); None if one of them cannot be continued."""
+    wanted: list[tuple[bytes, Decimal, Decimal]] = []
+    for key, new_seqs in seqs.items():
+        old = stored.get(key)
+        if old is None:
+            continue  # a new log: chained from its start
+        if not (old.clean and old.tip_seq is not None and old.summary.settled):
+            return None
+        if min(new_seqs) <= old.tip_seq:
+            return None
+        wanted += [
+            (key[0], Decimal(key[1]), Decimal(n)) for n in anchors_for(old.tip_seq, new_seqs)
+        ]
+    hashes: dict[LogKey, dict[int, bytes]] = {}
+    if wanted:
+        anchors = spark.createDataFrame(
+            wanted, "author binary, log_id decimal(20,0), seq decimal(20,0)"
+        )
+        chained = read_layers(spark, [warehouse.chained(run) for run in layers])
+        assert chained is not None  # layers is not empty
+        found = chained.select("author", "log_id", "seq", "hash").join(
+            F.broadcast(anchors), ["author", "log_id", "seq"], "left_semi"
+        )
+        for row in found.collect():
+            key = (bytes(row["author"]), int(row["log_id"]))
+            hashes.setdefault(key, {})[int(row["seq"])] = bytes(row["hash"])
+    tips: dict[LogKey, LogTip] = {}
+    for key in seqs:
+        old = stored.get(key)
+        if old is None:
+            continue
+        assert old.tip_seq is not None
+        tip = LogTip(old.tip_seq, old.tip_ended, hashes.get(key, {}))
+        if len(tip.hashes) != len(anchors_for(old.tip_seq, seqs[key])):
+            return None  # the layers lack an accepted entry: chain everything again
+        tips[key] = tip
+    return tips
+
+
+def _tips_frame(spark: SparkSession, tips: dict[LogKey, LogTip]) -> DataFrame:
+    """One row per continued log: its tip, for `tip_of` in the chain step."""
+    rows = [
+        (
+            author,
+            Decimal(log_id),
+            Decimal(tip.seq),
+            tip.ended,
+            json.dumps({str(seq): h.hex() for seq, h in tip.hashes.items()}),
+        )
+        for (author, log_id), tip in tips.items()
+    ]
+    return spark.createDataFrame(
+        rows,
+        "author binary, log_id decimal(20,0), tip_seq decimal(20,0), tip_ended boolean,"
+        " tip_hashes string",
+    )
+
+
+def log_of(row: Any) -> tuple[LogKey, LogSummary, tuple[object, ...]]:
+    """A collected `log` row back as (log key, summary, (tip seq, ended, clean))."""
+    key, summary = summary_of(row.asDict())
+    return key, summary, (row["tip_seq"], row["tip_ended"], row["clean"])
+
+
+def _keep_chained(spark: SparkSession, warehouse: Warehouse, keep: set[str]) -> None:
+    """Remove older chained runs. The previous layers stay: a build that started from
+    them (and holds the pipeline lock while it reads) must still find their files."""
     base = warehouse.chained_root
     for name in children(spark, base):
         if name not in keep:
@@ -335,22 +565,38 @@ def _schema_logs(spark: SparkSession, chained: DataFrame, keys: list[LogKey]) ->
     return [items_log(by_log[key]) for key in sorted(by_log)]
 
 
-# (schema the log's messages go with, or NO_SCHEMA; its assignment; why it is pending)
+# (schema the log's messages go with, or NO_SCHEMA; its assignment; why its entries wait:
+# a pending log, or one assigned to a schema that is not built)
 LogPlan = dict[LogKey, tuple[str, LogAssignment, Pending | None]]
 
 
-def _log_plan(summaries: dict[LogKey, LogSummary], assignment: Assignment) -> LogPlan:
+def _log_plan(summaries: dict[LogKey, LogSummary], catalog: Catalog, order: BuildOrder) -> LogPlan:
+    assignment = catalog.assign(summaries)
+    built = set(order.order)
     plan: LogPlan = {}
     for key, summary in summaries.items():
         if summary.is_schema:
             plan[key] = (schema_id_of(key), LogAssignment.SCHEMA, None)
         elif key in assignment.schema_of:
-            plan[key] = (assignment.schema_of[key], LogAssignment.ASSIGNED, None)
+            schema = assignment.schema_of[key]
+            why = None if schema in built else catalog.not_built(schema, order)
+            plan[key] = (schema, LogAssignment.ASSIGNED, why)
         elif key in assignment.duplicate:
             plan[key] = (assignment.duplicate[key], LogAssignment.DUPLICATE, None)
         else:
             plan[key] = (NO_SCHEMA, LogAssignment.PENDING, assignment.pending.get(key))
     return plan
+
+
+def _decided(fate: tuple[str, LogAssignment, Pending | None]) -> tuple[object, ...]:
+    """A log's plan as its logs row keeps it (schema, assignment, why reason, why message)."""
+    schema, kind, why = fate
+    return (
+        None if schema == NO_SCHEMA else schema,
+        kind.value,
+        None if why is None else str(why.reason),
+        None if why is None else why.message,
+    )
 
 
 def _plan_frame(spark: SparkSession, plan: LogPlan) -> DataFrame:
@@ -379,12 +625,7 @@ def _write_chained(spark: SparkSession, items: DataFrame, plan: LogPlan, path: s
 
 
 def _index_accounts(
-    spark: SparkSession,
-    chained: DataFrame,
-    catalog: Catalog,
-    assignment: Assignment,
-    order: BuildOrder,
-    plan: LogPlan,
+    spark: SparkSession, chained: DataFrame, catalog: Catalog, plan: LogPlan
 ) -> DataFrame:
     """The accounts the index decides: chain rules, schema log entries, and the logs no
     schema build will reduce (their schema cannot be determined, is not built, or the
@@ -404,17 +645,13 @@ def _index_accounts(
     frames = [chain]
     if schema_rows:
         frames.append(spark.createDataFrame(schema_rows, ACCOUNT_SPARK + ", origin string"))
-    built = set(order.order)
     pending: dict[LogKey, tuple[str, str | None, str, str]] = {}
     for key, (schema, kind, why) in plan.items():
-        if kind is LogAssignment.PENDING:
-            assert why is not None
-            pending[key] = (LogAssignment.PENDING.value, None, str(why.reason), why.message)
-        elif kind is LogAssignment.DUPLICATE:
+        if kind is LogAssignment.DUPLICATE:
             pending[key] = (LogAssignment.DUPLICATE.value, schema, "", "")
-        elif kind is LogAssignment.ASSIGNED and schema not in built:
-            why = catalog.not_built(schema, order)
-            pending[key] = (LogAssignment.PENDING.value, schema, str(why.reason), why.message)
+        elif why is not None:
+            named = None if schema == NO_SCHEMA else schema
+            pending[key] = (LogAssignment.PENDING.value, named, str(why.reason), why.message)
     if pending:
         wanted = spark.createDataFrame(
             [(a, Decimal(i), *v) for (a, i), v in pending.items()],
@@ -452,25 +689,29 @@ def _empty_accounts(spark: SparkSession) -> DataFrame:
     return spark.createDataFrame([], ACCOUNT_SPARK + ", origin string")
 
 
-def log_rows(
-    summaries: dict[LogKey, LogSummary], assignment: Assignment
+def log_rows(summaries: dict[LogKey, LogSummary], catalog: Catalog) -> list[tuple[object, ...]]:
+    """The rows of the logs table for these summaries (where the logs stand not known:
+    the next index step chains them all)."""
+    unknown: tuple[object, ...] = (None, None, None)
+    logs = {key: (summary, unknown) for key, summary in summaries.items()}
+    return _log_rows(logs, _log_plan(summaries, catalog, catalog.order()))
+
+
+def _log_rows(
+    logs: dict[LogKey, tuple[LogSummary, tuple[object, ...]]], plan: LogPlan
 ) -> list[tuple[object, ...]]:
-    """The rows of the logs table for these summaries and their assignment."""
-    return _log_rows(summaries, _log_plan(summaries, assignment))
-
-
-def _log_rows(summaries: dict[LogKey, LogSummary], plan: LogPlan) -> list[tuple[object, ...]]:
+    """Logs rows (`state_sql.LOG_COLUMNS`) for these logs: (summary, (tip seq, ended,
+    all accepted))."""
     rows: list[tuple[object, ...]] = []
-    for key, summary in summaries.items():
-        schema, kind, _ = plan[key]
+    for key, (summary, tip) in logs.items():
         rows.append(
             (
                 key[0],
                 key[1],
                 summary.is_schema,
                 *ref_columns(summary.first_ref),
-                None if schema == NO_SCHEMA else schema,
-                kind.value,
+                *_decided(plan[key]),
+                *tip,
             )
         )
     return rows
@@ -485,12 +726,13 @@ def _commit(
     accounts: DataFrame,
     warehouse: Warehouse,
     fingerprint: str,
+    batch: int,
 ) -> None:
     stage = state_sql.stage_table(conn, "accounts", secrets.token_hex(6))
     try:
         copy_frame(accounts, url, Target.into(stage, (*ACCOUNT_COLUMNS, ("origin", "text"))))
         failpoint(Failpoint.INDEXED)
-        state_sql.commit_index(conn, logs, stage, run, fingerprint)
+        state_sql.commit_index(conn, logs, stage, run, fingerprint, batch)
     except BaseException:
         state_sql.drop_tables(conn, [stage])
         if run is not None:

@@ -13,6 +13,11 @@ interleaving of deliveries gives the same log. Per seq num, walking up from 1:
 
 Byte-identical copies of an entry are one entry; the store counts them as duplicates.
 Entries given here have already passed `entry.verify_entry` (signature and payload).
+
+A log whose entries so far were all accepted can be continued from its tip (`LogTip`):
+the walk starts after it, with the hashes the new entries may link to. The verdict on
+the new entries is the one the whole log would get, as long as every new entry lies
+after the tip (`LogTip.precedes`).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from dataclasses import dataclass, field
 
 from p2panda_assets.errors import Reason, Rejection
 from p2panda_assets.protocol.entry import Entry
+from p2panda_assets.protocol.hashing import HashAlgorithm, hash_algorithm
 from p2panda_assets.protocol.lipmaa import has_lipmaa_link, lipmaa
 
 
@@ -39,15 +45,50 @@ class LogVerdict:
         return bool(self.accepted) and self.accepted[-1].end_of_log
 
 
-def validate_log(entries: Iterable[Entry]) -> LogVerdict:
-    """Apply the chain rules to all received entries of one log."""
+@dataclass(frozen=True, slots=True)
+class LogTip:
+    """Where a log whose entries were all accepted stands: its last seq, whether that
+    entry ended the log, and the hashes of the accepted entries that later entries may
+    link to (at least the tip's own; `anchors_for` says which)."""
+
+    seq: int = 0  # 0: an empty log
+    ended: bool = False
+    hashes: dict[int, bytes] = field(default_factory=dict)
+
+    @property
+    def algorithm(self) -> HashAlgorithm | None:
+        return hash_algorithm(self.hashes[self.seq]) if self.seq else None
+
+    def precedes(self, seq: int) -> bool:
+        return seq > self.seq
+
+
+def anchors_for(tip_seq: int, seqs: Iterable[int]) -> set[int]:
+    """The accepted seqs at or below `tip_seq` that entries at `seqs` (after it) may link
+    to: the tip itself, and their lipmaa links that fall at or below it."""
+    wanted = {tip_seq} if tip_seq else set()
+    for seq in seqs:
+        if has_lipmaa_link(seq) and lipmaa(seq) <= tip_seq:
+            wanted.add(lipmaa(seq))
+    return wanted
+
+
+def validate_log(entries: Iterable[Entry], tip: LogTip | None = None) -> LogVerdict:
+    """Apply the chain rules to all received entries of one log, or to the entries that
+    arrived after `tip` (then the verdict lists only those)."""
+    tip = tip or LogTip()
     by_seq: dict[int, dict[bytes, Entry]] = defaultdict(dict)
     for entry in entries:
+        if not tip.precedes(entry.seq_num):
+            raise ValueError(f"entry at seq {entry.seq_num} is not after the tip {tip.seq}")
         by_seq[entry.seq_num][entry.hash] = entry
     verdict = LogVerdict()
-    hashes: dict[int, bytes] = {}  # seq -> hash of the accepted entry
-    algorithm = None
-    seq = 1
+    hashes = dict(tip.hashes)  # seq -> hash of the accepted entry
+    algorithm = tip.algorithm
+    seq = tip.seq + 1
+    if tip.ended:
+        _reject_from(by_seq, seq, verdict, Reason.AFTER_END_OF_LOG, f"log ended at {tip.seq}")
+        return verdict
     while seq in by_seq:
         candidates: list[tuple[bytes, Entry]] = []
         for entry_hash, entry in by_seq[seq].items():

@@ -144,6 +144,19 @@ ALTER TABLE p2panda.schemas ADD COLUMN IF NOT EXISTS built_state jsonb;
 -- Whether the last build added to the table (pipeline/increments.py) or built it whole.
 ALTER TABLE p2panda.schemas ADD COLUMN IF NOT EXISTS built_incrementally boolean NOT NULL
     DEFAULT false;
+-- Where each log stands, so that the next index step continues it from its tip instead
+-- of chaining it again: its last accepted seq, whether that entry ended the log, whether
+-- every entry of it was accepted, and why its entries wait (if they do).
+ALTER TABLE p2panda.logs ADD COLUMN IF NOT EXISTS tip_seq numeric(20, 0);
+ALTER TABLE p2panda.logs ADD COLUMN IF NOT EXISTS tip_ended boolean;
+ALTER TABLE p2panda.logs ADD COLUMN IF NOT EXISTS clean boolean;
+ALTER TABLE p2panda.logs ADD COLUMN IF NOT EXISTS why_reason text;
+ALTER TABLE p2panda.logs ADD COLUMN IF NOT EXISTS why_message text;
+-- The layers of chained messages appended on top of `chained_run` since it was written
+-- whole, and the newest verified batch the index step saw.
+ALTER TABLE p2panda.pipeline_state ADD COLUMN IF NOT EXISTS chained_deltas text[] NOT NULL
+    DEFAULT '{}';
+ALTER TABLE p2panda.index_state ADD COLUMN IF NOT EXISTS batch integer;
 
 -- "Pending" is the one word for not-yet (statuses.py): rows written before it said
 -- 'waiting' (a schema's status, a log's assignment, the stage of an account).
@@ -153,5 +166,6 @@ UPDATE p2panda.accounts SET origin = 'pending' WHERE origin = 'waiting';
 
 -- This text changes with a release that changes the store (it is applied again then, and
 -- only then): the next run indexes again, so the chained messages in the columnar store
--- have the columns this release reads (the `batch` of each message was added so).
+-- have the columns this release reads (the `batch` of each message was added so), and
+-- the logs table says where each log stands.
 DELETE FROM p2panda.index_state;

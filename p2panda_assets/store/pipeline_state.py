@@ -38,7 +38,13 @@ class PipelineState:
     warehouse_token: str
     verified_through: int  # every entry with ingest_seq <= this has been verified
     batch: int  # the last batch appended to the columnar store
-    chained_run: str | None  # the chained messages the reduction reads
+    chained_run: str | None  # the chained messages the reduction reads, written whole
+    chained_deltas: tuple[str, ...] = ()  # ... and the layers appended on top of it since
+
+    @property
+    def layers(self) -> tuple[str, ...]:
+        """Every chained run the reduction reads, oldest first."""
+        return () if self.chained_run is None else (self.chained_run, *self.chained_deltas)
 
 
 def pipeline_state(conn: psycopg.Connection) -> PipelineState:
@@ -49,11 +55,11 @@ def pipeline_state(conn: psycopg.Connection) -> PipelineState:
         (secrets.token_hex(8),),
     )
     row = conn.execute(
-        "SELECT warehouse_token, verified_through, batch, chained_run"
+        "SELECT warehouse_token, verified_through, batch, chained_run, chained_deltas"
         " FROM p2panda.pipeline_state WHERE id = 1"
     ).fetchone()
     assert row is not None
-    return PipelineState(row[0], int(row[1]), int(row[2]), row[3])
+    return PipelineState(row[0], int(row[1]), int(row[2]), row[3], tuple(row[4]))
 
 
 def restart_verification(conn: psycopg.Connection) -> PipelineState:
@@ -65,7 +71,7 @@ def restart_verification(conn: psycopg.Connection) -> PipelineState:
         conn.execute("DELETE FROM p2panda.index_state")
         conn.execute(
             "UPDATE p2panda.pipeline_state SET warehouse_token = %s, verified_through = 0,"
-            " batch = 0, chained_run = NULL WHERE id = 1",
+            " batch = 0, chained_run = NULL, chained_deltas = '{}' WHERE id = 1",
             (secrets.token_hex(8),),
         )
     return pipeline_state(conn)
@@ -191,17 +197,52 @@ WHERE a.hash = e.hash AND a.origin IN ('verify', 'chain') AND a.schema_id IS NUL
 """
 
 
+# The columns of a logs row, in the order the index step gives them.
+LOG_COLUMNS = (
+    "author",
+    "log_id",
+    "is_schema",
+    "ref_schema_id",
+    "ref_version",
+    "ref_hash",
+    "schema_id",
+    "assignment",
+    "why_reason",
+    "why_message",
+    "tip_seq",
+    "tip_ended",
+    "clean",
+)
+_COPY_LOGS = sql.SQL("COPY {} ({}) FROM STDIN").format(
+    sql.Identifier("p2panda", "logs"), sql.SQL(", ").join(map(sql.Identifier, LOG_COLUMNS))
+)
+
+
 def replace_logs(conn: psycopg.Connection, logs: Iterable[Sequence[object]]) -> None:
-    """The logs table as the index step classified the logs: (author, log id, is schema
-    log, first reference as schema id / version / hash, schema, assignment)."""
+    """The logs table as the index step classified the logs (rows of `LOG_COLUMNS`)."""
     with conn.transaction():
         conn.execute("DELETE FROM p2panda.logs")
-        with conn.cursor().copy(
-            "COPY p2panda.logs (author, log_id, is_schema, ref_schema_id, ref_version,"
-            " ref_hash, schema_id, assignment) FROM STDIN"
-        ) as copy:
-            for row in logs:
-                copy.write_row(row)
+        _copy_logs(conn, logs)
+
+
+def _copy_logs(conn: psycopg.Connection, logs: Iterable[Sequence[object]]) -> None:
+    with conn.cursor().copy(_COPY_LOGS) as copy:
+        for row in logs:
+            copy.write_row(row)
+
+
+def stored_logs(conn: psycopg.Connection) -> list[tuple[object, ...]]:
+    """Every logs row (`LOG_COLUMNS`)."""
+    statement = sql.SQL("SELECT {} FROM p2panda.logs").format(
+        sql.SQL(", ").join(map(sql.Identifier, LOG_COLUMNS))
+    )
+    return conn.execute(statement).fetchall()
+
+
+def indexed_batch(conn: psycopg.Connection) -> int | None:
+    """The newest verified batch the last index step saw (None: no index step since)."""
+    row = conn.execute("SELECT batch FROM p2panda.index_state").fetchone()
+    return None if row is None or row[0] is None else int(row[0])
 
 
 def commit_index(
@@ -210,6 +251,7 @@ def commit_index(
     accounts: Stage,
     chained_run: str | None,
     fingerprint: str,
+    batch: int,
 ) -> None:
     """Replace what the index step decides, in one transaction: the logs table, the
     accounts of the chain rules, the schema logs and the logs no schema build reduces;
@@ -218,23 +260,64 @@ def commit_index(
     with conn.transaction():
         replace_logs(conn, logs)
         conn.execute("DELETE FROM p2panda.accounts WHERE origin IN ('chain', 'schema', 'pending')")
+        _settle_accounts(conn, accounts)
         conn.execute(
-            sql.SQL(
-                "INSERT INTO p2panda.accounts (hash, schema_id, state, reason, message, origin)"
-                " SELECT hash, schema_id, state, reason, message, origin FROM {}" + UPSERT_ACCOUNTS
-            ).format(accounts.identifier)
+            "UPDATE p2panda.pipeline_state SET chained_run = %s, chained_deltas = '{}'"
+            " WHERE id = 1",
+            (chained_run,),
         )
-        conn.execute("UPDATE p2panda.accounts SET schema_id = NULL WHERE origin = 'verify'")
-        conn.execute(_ATTRIBUTE_ACCOUNTS)
-        drop_tables(conn, [accounts])
+        _index_state(conn, fingerprint, batch)
+
+
+def commit_appended(
+    conn: psycopg.Connection,
+    logs: Iterable[Sequence[object]],
+    accounts: Stage,
+    chained_deltas: Sequence[str],
+    fingerprint: str,
+    batch: int,
+) -> None:
+    """Add what an index step that continued the logs decides, in one transaction: the
+    rows of the logs it touched, the accounts of the new entries, the schema logs'
+    accounts (all again); then point the reduction at the layers, this one's on top."""
+    with conn.transaction():
+        rows = list(logs)
+        keys = [(row[0], row[1]) for row in rows]
         conn.execute(
-            "UPDATE p2panda.pipeline_state SET chained_run = %s WHERE id = 1", (chained_run,)
+            "DELETE FROM p2panda.logs l USING unnest(%s::bytea[], %s::numeric[]) AS k(a, i)"
+            " WHERE l.author = k.a AND l.log_id = k.i",
+            ([k[0] for k in keys], [k[1] for k in keys]),
         )
+        _copy_logs(conn, rows)
+        conn.execute("DELETE FROM p2panda.accounts WHERE origin = 'schema'")
+        _settle_accounts(conn, accounts)
         conn.execute(
-            "INSERT INTO p2panda.index_state VALUES (1, %s) ON CONFLICT (id) DO UPDATE"
-            " SET fingerprint = EXCLUDED.fingerprint",
-            (fingerprint,),
+            "UPDATE p2panda.pipeline_state SET chained_deltas = %s WHERE id = 1",
+            (list(chained_deltas),),
         )
+        _index_state(conn, fingerprint, batch)
+
+
+def _settle_accounts(conn: psycopg.Connection, accounts: Stage) -> None:
+    """The staged index accounts in; early rejections attributed to their log's schema."""
+    conn.execute(
+        sql.SQL(
+            "INSERT INTO p2panda.accounts (hash, schema_id, state, reason, message, origin)"
+            " SELECT hash, schema_id, state, reason, message, origin FROM {}" + UPSERT_ACCOUNTS
+        ).format(accounts.identifier)
+    )
+    conn.execute("UPDATE p2panda.accounts SET schema_id = NULL WHERE origin = 'verify'")
+    conn.execute(_ATTRIBUTE_ACCOUNTS)
+    drop_tables(conn, [accounts])
+
+
+def _index_state(conn: psycopg.Connection, fingerprint: str, batch: int) -> None:
+    conn.execute(
+        "INSERT INTO p2panda.index_state (id, fingerprint, batch) VALUES (1, %s, %s)"
+        " ON CONFLICT (id) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,"
+        " batch = EXCLUDED.batch",
+        (fingerprint, batch),
+    )
 
 
 FINGERPRINT = """
@@ -254,6 +337,12 @@ def store_fingerprint(conn: psycopg.Connection) -> str:
 def indexed_fingerprint(conn: psycopg.Connection) -> str | None:
     row = conn.execute("SELECT fingerprint FROM p2panda.index_state").fetchone()
     return None if row is None else str(row[0])
+
+
+def count_good_entries(conn: psycopg.Connection) -> int:
+    """Entries verified good (each has its message index row)."""
+    row = conn.execute("SELECT count(*) FROM p2panda.message_index").fetchone()
+    return int(row[0]) if row else 0
 
 
 def count_logs(conn: psycopg.Connection) -> int:

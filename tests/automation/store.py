@@ -64,7 +64,7 @@ def index_in_process(conn: psycopg.Connection) -> None:
     summaries = {(log.author, log.log_id): log.summary for log in logs}
     schema_logs = [log for log in logs if log.summary.is_schema]
     catalog = Catalog.build(schema_logs, registered_schemas(conn))
-    state_sql.replace_logs(conn, log_rows(summaries, catalog.assign(summaries)))
+    state_sql.replace_logs(conn, log_rows(summaries, catalog))
     conn.execute(
         "INSERT INTO p2panda.index_state VALUES (1, md5(random()::text))"
         " ON CONFLICT (id) DO UPDATE SET fingerprint = EXCLUDED.fingerprint"

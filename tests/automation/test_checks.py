@@ -151,13 +151,13 @@ def test_checks_that_guard_data_flowing_on_are_blocking() -> None:
 
 
 def local_decoded_path(url: str, schema_id: str) -> Path:
-    """Where the last index step wrote the schema's chained messages (a local path)."""
-    from p2panda_assets.pipeline.index import decoded_path
+    """Where the index step wrote the schema's chained messages (a local path; the store
+    here is indexed once, in one layer)."""
+    from p2panda_assets.pipeline.index import decoded_paths
     from p2panda_assets.pipeline.spark import build_session
 
     with connect(url, autocommit=True) as conn:
-        found = decoded_path(build_session(), conn, schema_id)
-    assert found is not None
+        (found,) = decoded_paths(build_session(), conn, schema_id)
     return Path(found)
 
 

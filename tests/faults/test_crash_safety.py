@@ -30,6 +30,7 @@ import pytest
 from p2panda_assets.engine.corpus import Corpus, reduce_corpus
 from p2panda_assets.failpoints import FAILPOINT_DIR_ENV, FAILPOINT_ENV, Failpoint
 from p2panda_assets.jsonlines import entry_line
+from p2panda_assets.pipeline.index import MAX_LAYERS
 from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store.embedded import ensure_embedded, stop_embedded
 from p2panda_assets.testing.builder import CorpusBuilder, create_field, instances
@@ -186,14 +187,16 @@ def assert_as_clean(home: Home, pairs: list[tuple[bytes, bytes]], schema_ids: li
         assert pg_accounts(conn) == engine_accounts(expected)
         assert staging_left(conn) == []
         assert live_runs(conn) == []
-        token, batch, chained = conn.execute(
-            "SELECT warehouse_token, batch, chained_run FROM p2panda.pipeline_state"
+        token, batch, chained, deltas = conn.execute(
+            "SELECT warehouse_token, batch, chained_run, chained_deltas FROM p2panda.pipeline_state"
         ).fetchone()
     store = home.path / "warehouse" / token
     batches = sorted(p.name for p in (store / "entries").iterdir() if p.name.startswith("batch="))
     assert batches == [f"batch={n}" for n in range(1, batch + 1)]
     runs = [p.name for p in (store / "chained").iterdir() if not p.name.startswith(".")]
-    assert chained in runs and len(runs) <= 2, runs  # the current run and the one before
+    layers = {chained, *deltas}
+    # The current layers, and the ones before them (a reader may still be on them).
+    assert layers <= set(runs) and len(set(runs) - layers) <= MAX_LAYERS, runs
 
 
 def staging_left(conn: psycopg.Connection) -> list[str]:

@@ -67,10 +67,16 @@ def test_two_runs_equal_the_engine_on_the_whole_corpus(spark, session_database, 
         ingest(conn, [p for p, early in zip(pairs, first, strict=True) if not early])
         outcomes = run_pipeline(spark, conn, session_database)
         event(f"incremental builds in the second run: {sum(o.incremental for o in outcomes)}")
+        event(f"the second index step appended: {bool(appended_layers(conn))}")
         expected = reduce_corpus(pairs, registered)
         assert pg_tables(conn, sorted(registered)) == engine_tables(expected)
         assert pg_accounts(conn) == engine_accounts(expected)
         assert registry_counts(conn, sorted(registered)) == engine_counts(expected)
+
+
+def appended_layers(conn) -> list[str]:
+    """The chained layers index steps appended since the last one that chained all."""
+    return list(conn.execute("SELECT chained_deltas FROM p2panda.pipeline_state").fetchone()[0])
 
 
 def test_new_messages_are_added_without_a_whole_build(spark, session_database):
@@ -91,6 +97,7 @@ def test_new_messages_are_added_without_a_whole_build(spark, session_database):
         [added] = run_pipeline(spark, conn, session_database)
         expected = reduce_corpus(corpus.pairs, {schema.schema_id})
         assert (whole.incremental, added.incremental) == (False, True)
+        assert len(appended_layers(conn)) == 1  # the index step continued the log too
         assert (whole.rows, added.rows) == (5, 5)
         assert registry_outcome(conn, schema.schema_id).incremental  # other runs report it
         assert pg_tables(conn, [schema.schema_id]) == engine_tables(expected)
@@ -119,11 +126,12 @@ def run_in_two_parts(spark, url: str, corpus: CorpusBuilder, early: int, schema_
         run_pipeline(spark, conn, url)
         ingest(conn, corpus.pairs[early:])
         outcomes = {o.schema_id: o for o in run_pipeline(spark, conn, url)}
+        appended = bool(appended_layers(conn))
         expected = reduce_corpus(corpus.pairs, set(schema_ids))
         assert pg_tables(conn, schema_ids) == engine_tables(expected)
         assert pg_accounts(conn) == engine_accounts(expected)
         assert registry_counts(conn, schema_ids) == engine_counts(expected)
-    return outcomes
+    return outcomes, appended
 
 
 def test_a_delete_cascades_into_rows_no_new_message_names(spark, session_database):
@@ -135,7 +143,7 @@ def test_a_delete_cascades_into_rows_no_new_message_names(spark, session_databas
         post.create(mail.ref(), to=to, title="hi")
     early = len(corpus.pairs)
     people.delete(panda)
-    outcomes = run_in_two_parts(
+    outcomes, _ = run_in_two_parts(
         spark, session_database, corpus, early, [profile.schema_id, mail.schema_id]
     )
     assert outcomes[profile.schema_id].incremental and outcomes[mail.schema_id].incremental
@@ -153,7 +161,7 @@ def test_a_row_whose_cascade_is_undone_rebuilds_its_schema_whole(spark, session_
     people.delete(panda)
     early = len(corpus.pairs)
     post.update(mail.ref(), first, to=sloth)  # away from the deleted profile
-    outcomes = run_in_two_parts(
+    outcomes, _ = run_in_two_parts(
         spark, session_database, corpus, early, [profile.schema_id, mail.schema_id]
     )
     assert not outcomes[mail.schema_id].incremental
@@ -199,7 +207,8 @@ def growing_mail(draw: st.DrawFn) -> tuple[CorpusBuilder, list[str], int]:
 @given(growing=growing_mail())
 def test_a_growing_store_with_cascades_equals_the_engine(spark, session_database, growing):
     corpus, schema_ids, cut = growing
-    outcomes = run_in_two_parts(spark, session_database, corpus, cut, schema_ids)
+    outcomes, appended = run_in_two_parts(spark, session_database, corpus, cut, schema_ids)
+    event(f"the second index step appended: {appended}")
     event(f"incremental builds in the second run: {sum(o.incremental for o in outcomes.values())}")
 
 

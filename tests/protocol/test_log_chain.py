@@ -3,6 +3,7 @@ verdict never depends on the order in which entries arrive."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -10,7 +11,7 @@ from p2panda_assets.errors import Reason
 from p2panda_assets.protocol.entry import Entry, decode_entry, sign_entry
 from p2panda_assets.protocol.hashing import HashAlgorithm
 from p2panda_assets.protocol.keys import KeyPair
-from p2panda_assets.protocol.log import validate_log
+from p2panda_assets.protocol.log import LogTip, anchors_for, validate_log
 from p2panda_assets.protocol.log_writer import LogWriter
 
 KEY = KeyPair.from_private_key(bytes(range(1, 33)))
@@ -143,3 +144,33 @@ def test_the_verdict_does_not_depend_on_arrival_order(entries: list[Entry], rnd)
     accounted = {e.hash for e in first.accepted} | set(first.rejected) | set(first.pending)
     assert accounted == {e.hash for e in entries}
     assert len(first.accepted) + len(first.rejected) + len(first.pending) == len(accounted)
+
+
+@given(log_with_extras(), st.integers(0, 20))
+def test_a_clean_log_continued_from_its_tip_gets_the_whole_logs_verdict(
+    entries: list[Entry], cut: int
+) -> None:
+    """The index step appends: the entries before `cut` were chained (all accepted), the
+    rest arrive later and are chained from the tip with only the anchors it names."""
+    before = [e for e in entries if e.seq_num <= cut]
+    after = [e for e in entries if e.seq_num > cut]
+    first = validate_log(before)
+    if first.rejected or first.pending:
+        return  # not clean: the index step chains such a log again, whole
+    tip_seq = first.accepted[-1].seq_num if first.accepted else 0
+    if after and min(e.seq_num for e in after) <= tip_seq:
+        return  # an entry at or before the tip: chained again, whole
+    hashes = {e.seq_num: e.hash for e in first.accepted}
+    anchors = anchors_for(tip_seq, [e.seq_num for e in after])
+    tip = LogTip(tip_seq, first.ended, {seq: hashes[seq] for seq in anchors})
+    whole, continued = validate_log(entries), validate_log(after, tip)
+    assert whole.accepted == first.accepted + continued.accepted
+    assert whole.rejected == continued.rejected
+    assert whole.pending == continued.pending
+
+
+def test_an_entry_at_or_before_the_tip_cannot_be_continued() -> None:
+    _, entries = write_log(3)
+    tip = LogTip(2, False, {2: entries[1].hash})
+    with pytest.raises(ValueError):
+        validate_log(entries[1:], tip)

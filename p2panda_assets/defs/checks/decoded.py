@@ -134,11 +134,11 @@ def decoded_messages_match_their_model(
 ) -> dg.AssetCheckResult:
     decoded = decoded_of(context.partition_key, pyspark, postgres)
     name = decoded.name
-    if decoded.path is None:
+    frame = decoded.frame(pyspark.spark_session)
+    if frame is None:
         return dg.AssetCheckResult(
             passed=True, description="no decoded messages", metadata={"schema_name": name}
         )
-    frame = pyspark.spark_session.read.parquet(decoded.path)
     tally = Tally()
     lines = summarize(validate(frame, decoded_model(decoded.schema_id, tally)))
     metadata = {"schema_name": name, "rows": tally.count(frame, ROWS)}

@@ -1,0 +1,98 @@
+"""The index step appends when that is exact, and chains every log again when it is not:
+whichever it does, the tables and accounts equal `reduce_corpus` of the whole store."""
+
+from __future__ import annotations
+
+import pytest
+
+from p2panda_assets.engine.corpus import reduce_corpus
+from p2panda_assets.pipeline import index as index_module
+from p2panda_assets.pipeline.run import run_pipeline
+from p2panda_assets.protocol.ids import parse_schema_id
+from p2panda_assets.store.ingest import ingest
+from p2panda_assets.store.registry import register
+from p2panda_assets.testing.builder import CorpusBuilder, SchemaAuthor, create_field, instances
+from tests.pipeline.compare import engine_accounts, engine_tables, pg_accounts, pg_tables
+from tests.pipeline.test_incremental_matches_engine import appended_layers
+from tests.pipeline.test_pipeline_matches_engine import empty_store
+
+pytestmark = [pytest.mark.spark, pytest.mark.postgres]
+
+
+def notes() -> tuple[CorpusBuilder, SchemaAuthor]:
+    corpus = CorpusBuilder()
+    schema = corpus.author(1).schema(1, "note")
+    schema.migrate(create_field("title", "varchar", default=""))
+    return corpus, schema
+
+
+def run_parts(spark, url: str, corpus: CorpusBuilder, parts: list[list[int]], registered):
+    """Ingest the corpus's pairs part by part (indexes into `corpus.pairs`), a run after
+    each; the tables and accounts must equal the engine's after every run. Returns the
+    number of appended layers after each run."""
+    layers = []
+    with empty_store(url) as conn:
+        for schema_id in registered:
+            register(conn, *parse_schema_id(schema_id), None)
+        seen: list[int] = []
+        for part in parts:
+            ingest(conn, [corpus.pairs[i] for i in part])
+            seen += part
+            run_pipeline(spark, conn, url)
+            expected = reduce_corpus([corpus.pairs[i] for i in sorted(seen)], set(registered))
+            assert pg_tables(conn, sorted(registered)) == engine_tables(expected)
+            assert pg_accounts(conn) == engine_accounts(expected)
+            layers.append(len(appended_layers(conn)))
+    return layers
+
+
+def test_growing_logs_are_appended_layer_by_layer(spark, session_database):
+    corpus, schema = notes()
+    log = instances(corpus.author(2), 1)
+    for title in "abcdef":
+        log.create(schema.ref(), title=title)
+    other = instances(corpus.author(3), 1)
+    other.create(schema.ref(), title="g")
+    n = len(corpus.pairs)
+    parts = [list(range(n - 4)), [n - 4, n - 3], [n - 2], [n - 1]]
+    assert run_parts(spark, session_database, corpus, parts, [schema.schema_id]) == [0, 1, 2, 3]
+
+
+def test_many_layers_are_chained_into_one_run_again(spark, session_database, monkeypatch):
+    monkeypatch.setattr(index_module, "MAX_LAYERS", 2)
+    corpus, schema = notes()
+    log = instances(corpus.author(2), 1)
+    for title in "abcdefgh":
+        log.create(schema.ref(), title=title)
+    n = len(corpus.pairs)
+    parts = [list(range(n - 3)), [n - 3], [n - 2], [n - 1]]
+    assert run_parts(spark, session_database, corpus, parts, [schema.schema_id]) == [0, 1, 0, 1]
+
+
+def test_a_gap_filled_later_chains_every_log_again(spark, session_database):
+    """Entry 4 of a log waited for entry 3: the log was not all accepted, so the run
+    that brings entry 3 cannot continue it from its tip."""
+    corpus, schema = notes()
+    log = instances(corpus.author(2), 1)
+    for title in "abcdef":
+        log.create(schema.ref(), title=title)
+    n = len(corpus.pairs)
+    missing = n - 3  # the log's fourth entry
+    parts = [[i for i in range(n) if i != missing], [missing]]
+    assert run_parts(spark, session_database, corpus, parts, [schema.schema_id]) == [0, 0]
+
+
+def test_a_log_waiting_for_its_schema_is_chained_again_when_it_arrives(spark, session_database):
+    """A log names a schema whose log arrives after it: what the last index step decided
+    of that log changes (pending, then assigned), so every log is chained again."""
+    corpus, schema = notes()
+    instances(corpus.author(2), 1).create(schema.ref(), title="a")
+    tag_start = len(corpus.pairs)
+    tag = corpus.author(1).schema(2, "tag")
+    tag.migrate(create_field("label", "varchar", default=""))
+    tag_log = range(tag_start, len(corpus.pairs))
+    instances(corpus.author(2), 2).create(tag.ref(), label="early")
+    n = len(corpus.pairs)
+    parts = [[i for i in range(n) if i not in tag_log], list(tag_log)]
+    registered = [schema.schema_id, tag.schema_id]
+    assert run_parts(spark, session_database, corpus, parts, registered) == [0, 0]
