@@ -12,13 +12,15 @@ is continued from its tip (`protocol.log.LogTip`), and the new messages are writ
 layer on top of the chained runs before. A run chains every log again, in one new run,
 when appending would not give what chaining everything gives: a log that is not all
 accepted (a gap, a fork) or whose schema is not settled gets a new entry, an entry lands
-at or before its log's tip, the decision on any log already indexed changes (a schema
-arrived or was registered), over half the store is new, or the layers are many.
+at or before its log's tip, or the decision on any log already indexed changes (a schema
+arrived or was registered); and when that is cheaper: a small store, over half of it
+new, or many layers.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import secrets
 from dataclasses import dataclass, replace
 from decimal import Decimal
@@ -358,6 +360,16 @@ def _run_index(spark: SparkSession, conn: psycopg.Connection, url: str) -> Index
 MAX_LAYERS = 12
 # ... and when more than this share of the verified entries is new.
 APPEND_SHARE = 0.5
+# Below this many verified entries (`P2PANDA_APPEND_MIN_ENTRIES`) chaining everything is
+# as fast as appending (bench/pipeline.py at 100k: 3.5 s either way), and every layer
+# costs each later read of the chained messages a little (bench/latency.py on a small
+# store: +1.3 s a run).
+APPEND_MIN_ENV = "P2PANDA_APPEND_MIN_ENTRIES"
+DEFAULT_APPEND_MIN_ENTRIES = 100_000
+
+
+def append_min_entries() -> int:
+    return int(os.environ.get(APPEND_MIN_ENV) or DEFAULT_APPEND_MIN_ENTRIES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -405,13 +417,16 @@ def _append_index(
     since = state_sql.indexed_batch(conn)
     if since is None or not state.layers or len(state.layers) >= MAX_LAYERS:
         return None
+    good = state_sql.count_good_entries(conn)
+    if good < append_min_entries():
+        return None
     new = spark.read.parquet(warehouse.entries).filter(
         (F.col("batch") > since) & (F.col("verdict") == "ok")
     )
     seqs: dict[LogKey, list[int]] = {}
     for row in new.groupBy("author", "log_id").agg(F.collect_list("seq").alias("seqs")).collect():
         seqs[(bytes(row["author"]), int(row["log_id"]))] = [int(n) for n in row["seqs"]]
-    if sum(map(len, seqs.values())) > APPEND_SHARE * state_sql.count_good_entries(conn):
+    if sum(map(len, seqs.values())) > APPEND_SHARE * good:
         return None
     stored = _stored_logs(conn)
     tips = _tips(spark, warehouse, state.layers, stored, seqs)

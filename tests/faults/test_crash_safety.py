@@ -30,7 +30,7 @@ import pytest
 from p2panda_assets.engine.corpus import Corpus, reduce_corpus
 from p2panda_assets.failpoints import FAILPOINT_DIR_ENV, FAILPOINT_ENV, Failpoint
 from p2panda_assets.jsonlines import entry_line
-from p2panda_assets.pipeline.index import MAX_LAYERS
+from p2panda_assets.pipeline.index import APPEND_MIN_ENV, MAX_LAYERS
 from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store.embedded import ensure_embedded, stop_embedded
 from p2panda_assets.testing.builder import CorpusBuilder, create_field, instances
@@ -259,6 +259,29 @@ def test_a_run_killed_leaves_nothing_the_next_run_keeps(
             " AND event LIKE '%is gone%'"
         ).fetchone()[0]
         assert message >= 1, "no run was reported failed because its process is gone"
+
+
+def test_a_run_killed_while_appending_to_the_index_leaves_no_layer(
+    home: Home, corpus: Story, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The index step appends the newest entries as a layer of chained messages; killed
+    before it commits, its layer is not read and the next run appends it again."""
+    monkeypatch.setenv(APPEND_MIN_ENV, "0")  # a small store; `panda` inherits it
+    cut = len(corpus.pairs) * 9 // 10
+    home.ingest(corpus.pairs[:cut], "older")
+    home.register(corpus.schema_ids)
+    home.ok("materialize")
+    home.ingest(corpus.pairs[cut:], "newer")
+    code, _, err = home.panda("materialize", failpoint=Failpoint.INDEXED)
+    assert code == KILLED, err[-3000:]
+    home.ok("materialize")
+    assert_as_clean(home, corpus.pairs, corpus.schema_ids)
+    with psycopg.connect(home.url, autocommit=True) as conn:
+        token, base, deltas = conn.execute(
+            "SELECT warehouse_token, chained_run, chained_deltas FROM p2panda.pipeline_state"
+        ).fetchone()
+    runs = {p.name for p in (home.path / "warehouse" / token / "chained").iterdir()}
+    assert len(deltas) == 1 and runs == {base, *deltas}  # the killed run's layer is gone
 
 
 # --- PostgreSQL restarted under a build ---------------------------------------------------

@@ -7,6 +7,7 @@ import pytest
 
 from p2panda_assets.engine.corpus import reduce_corpus
 from p2panda_assets.pipeline import index as index_module
+from p2panda_assets.pipeline.index import APPEND_MIN_ENV
 from p2panda_assets.pipeline.run import run_pipeline
 from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store.ingest import ingest
@@ -17,6 +18,12 @@ from tests.pipeline.test_incremental_matches_engine import appended_layers
 from tests.pipeline.test_pipeline_matches_engine import empty_store
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
+
+
+@pytest.fixture(autouse=True)
+def append_to_small_stores(monkeypatch):
+    """The index step appends from 100k entries; these stores are small."""
+    monkeypatch.setenv(APPEND_MIN_ENV, "0")
 
 
 def notes() -> tuple[CorpusBuilder, SchemaAuthor]:

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from psycopg import sql
 
 from p2panda_assets.engine.corpus import Corpus, reduce_corpus
+from p2panda_assets.pipeline.index import APPEND_MIN_ENV
 from p2panda_assets.pipeline.run import run_pipeline
 from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store.ingest import ingest
@@ -22,6 +23,12 @@ from tests.pipeline.test_pipeline_matches_engine import empty_store
 from tests.strategies import corpora
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
+
+
+@pytest.fixture(autouse=True)
+def append_to_small_stores(monkeypatch):
+    """The index step appends from 100k entries; these stores are small."""
+    monkeypatch.setenv(APPEND_MIN_ENV, "0")
 
 
 def registry_counts(conn, schema_ids: list[str]) -> dict[str, tuple[int, dict[str, int]]]:
