@@ -17,7 +17,13 @@ from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store.ingest import ingest
 from p2panda_assets.store.registry import register, table_name_for
 from p2panda_assets.store.tables import registry_outcome
-from p2panda_assets.testing.builder import CorpusBuilder, SchemaAuthor, create_field, instances
+from p2panda_assets.testing.builder import (
+    Author,
+    CorpusBuilder,
+    SchemaAuthor,
+    create_field,
+    instances,
+)
 from tests.pipeline.compare import engine_accounts, engine_tables, pg_accounts, pg_tables
 from tests.pipeline.test_pipeline_matches_engine import empty_store
 from tests.strategies import corpora
@@ -182,11 +188,19 @@ def growing_mail(draw: st.DrawFn) -> tuple[CorpusBuilder, list[str], int]:
     starts: the shape of a store that grows, which incremental builds take."""
     corpus, profile, mail = profiles_and_mails()
     authors = range(2, 2 + draw(st.integers(1, 3)))
+    # Steady: each author's logs grow, as a peer writes them. Otherwise every message
+    # starts its log again at seq 1 (a fork of the log before).
+    steady = draw(st.booleans(), label="steady writers")
+    known: dict[int, Author] = {}
+
+    def writer(seed: int) -> Author:
+        return known.setdefault(seed, corpus.author(seed)) if steady else corpus.author(seed)
+
     profiles: list[tuple[int, bytes]] = []
     mails: list[tuple[int, bytes]] = []
     for _ in range(draw(st.integers(4, 24))):
         author = draw(st.sampled_from(authors))
-        people, post = instances(corpus.author(author), 1), instances(corpus.author(author), 2)
+        people, post = instances(writer(author), 1), instances(writer(author), 2)
         action = draw(st.sampled_from(["profile", "mail", "update", "delete", "garbage"]))
         if action == "profile" or not profiles:
             profiles.append((author, people.create(profile.ref(), name=f"p{len(profiles)}")))
@@ -199,7 +213,7 @@ def growing_mail(draw: st.DrawFn) -> tuple[CorpusBuilder, list[str], int]:
         elif action == "delete":
             owner, target = draw(st.sampled_from(profiles + mails))
             log = 1 if (owner, target) in profiles else 2
-            instances(corpus.author(draw(st.sampled_from([owner, author]))), log).delete(target)
+            instances(writer(draw(st.sampled_from([owner, author]))), log).delete(target)
         else:
             post.raw(b"\xff not cbor")
     cut = draw(st.integers(2 * len(corpus.pairs) // 3, len(corpus.pairs) - 1))
