@@ -352,7 +352,7 @@ def _run_index(spark: SparkSession, conn: psycopg.Connection, url: str) -> Index
         chained.unpersist()
     _keep_chained(spark, warehouse, {run, *state.layers})
     return IndexResult(
-        0, len(summaries), catalog, order, warehouse, (run,), fingerprint, batch=state.batch
+        verified, len(summaries), catalog, order, warehouse, (run,), fingerprint, batch=state.batch
     )
 
 
