@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any, cast
@@ -255,7 +256,6 @@ class IndexResult:
     fingerprint: str  # what the index was computed from
     up_to_date: bool = False  # nothing changed since the last index step
     batch: int = 0  # the newest verified batch the chained messages hold
-    appended: bool = False  # this step continued the logs instead of chaining them all
 
     def decoded(self, spark: SparkSession) -> DataFrame | None:
         """Every chained message of the store (None before the first entry)."""
@@ -319,7 +319,15 @@ def _run_index(spark: SparkSession, conn: psycopg.Connection, url: str) -> Index
         return replace(last_index(spark, conn), verified=verified)
     if state.batch == 0:  # nothing verified yet: no log, no schema
         catalog = Catalog({}, {}, registered_schemas(conn))
-        _commit(conn, url, spark, [], None, _empty_accounts(spark), warehouse, fingerprint, 0)
+        _commit(
+            conn,
+            url,
+            spark,
+            _empty_accounts(spark),
+            warehouse,
+            None,
+            lambda stage: state_sql.commit_index(conn, [], stage, None, fingerprint, 0),
+        )
         return IndexResult(verified, 0, catalog, catalog.order(), warehouse, (), fingerprint)
     appended = _append_index(spark, conn, url, warehouse, state, fingerprint)
     if appended is not None:
@@ -347,7 +355,15 @@ def _run_index(spark: SparkSession, conn: psycopg.Connection, url: str) -> Index
         _write_chained(spark, items, plan, warehouse.chained(run))
         accounts = _index_accounts(spark, chained, catalog, plan)
         rows = _log_rows(logs, plan)
-        _commit(conn, url, spark, rows, run, accounts, warehouse, fingerprint, state.batch)
+        _commit(
+            conn,
+            url,
+            spark,
+            accounts,
+            warehouse,
+            run,
+            lambda stage: state_sql.commit_index(conn, rows, stage, run, fingerprint, state.batch),
+        )
     finally:
         chained.unpersist()
     _keep_chained(spark, warehouse, {run, *state.layers})
@@ -426,7 +442,8 @@ def _append_index(
     seqs: dict[LogKey, list[int]] = {}
     for row in new.groupBy("author", "log_id").agg(F.collect_list("seq").alias("seqs")).collect():
         seqs[(bytes(row["author"]), int(row["log_id"]))] = [int(n) for n in row["seqs"]]
-    if sum(map(len, seqs.values())) > APPEND_SHARE * good:
+    new_entries = sum(map(len, seqs.values()))
+    if new_entries > APPEND_SHARE * good:
         return None
     stored = _stored_logs(conn)
     tips = _tips(spark, warehouse, state.layers, stored, seqs)
@@ -448,23 +465,26 @@ def _append_index(
         plan = _log_plan(summaries, catalog, order)
         if any(_decided(plan[key]) != old.decided for key, old in stored.items()):
             return None
-        run = secrets.token_hex(6)
-        items = chained.filter(F.col("row_type") == "item")
+        run: str | None = None  # a registration alone adds no entry, and no layer
         layers = state.layers
-        if sum(len(s) for s in seqs.values()):  # an empty layer is not worth a directory
+        if new_entries:
+            run = secrets.token_hex(6)
+            items = chained.filter(F.col("row_type") == "item")
             _write_chained(spark, items, plan, warehouse.chained(run))
             layers = (*layers, run)
         accounts = _index_accounts(spark, chained, catalog, plan)
         rows = _log_rows(logs, plan)
-        stage = state_sql.stage_table(conn, "accounts", secrets.token_hex(6))
-        try:
-            copy_frame(accounts, url, Target.into(stage, (*ACCOUNT_COLUMNS, ("origin", "text"))))
-            failpoint(Failpoint.INDEXED)
-            state_sql.commit_appended(conn, rows, stage, layers[1:], fingerprint, state.batch)
-        except BaseException:
-            state_sql.drop_tables(conn, [stage])
-            remove(spark, warehouse.chained(run))
-            raise
+        _commit(
+            conn,
+            url,
+            spark,
+            accounts,
+            warehouse,
+            run,
+            lambda stage: state_sql.commit_appended(
+                conn, rows, stage, layers[1:], fingerprint, state.batch
+            ),
+        )
     finally:
         chained.unpersist()
     return IndexResult(
@@ -476,7 +496,6 @@ def _append_index(
         layers,
         fingerprint,
         batch=state.batch,
-        appended=True,
     )
 
 
@@ -489,7 +508,7 @@ def _tips(
 ) -> dict[LogKey, LogTip] | None:
     """The tip of every indexed log the new entries touch, with the hashes they may link
     to (read from the chained layers); None if one of them cannot be continued."""
-    wanted: list[tuple[bytes, Decimal, Decimal]] = []
+    needed: dict[LogKey, tuple[StoredLog, set[int]]] = {}
     for key, new_seqs in seqs.items():
         old = stored.get(key)
         if old is None:
@@ -498,10 +517,9 @@ def _tips(
             return None
         if min(new_seqs) <= old.tip_seq:
             return None
-        wanted += [
-            (key[0], Decimal(key[1]), Decimal(n)) for n in anchors_for(old.tip_seq, new_seqs)
-        ]
+        needed[key] = (old, anchors_for(old.tip_seq, new_seqs))
     hashes: dict[LogKey, dict[int, bytes]] = {}
+    wanted = [(a, Decimal(i), Decimal(n)) for (a, i), (_, ns) in needed.items() for n in ns]
     if wanted:
         anchors = spark.createDataFrame(
             wanted, "author binary, log_id decimal(20,0), seq decimal(20,0)"
@@ -515,15 +533,12 @@ def _tips(
             key = (bytes(row["author"]), int(row["log_id"]))
             hashes.setdefault(key, {})[int(row["seq"])] = bytes(row["hash"])
     tips: dict[LogKey, LogTip] = {}
-    for key in seqs:
-        old = stored.get(key)
-        if old is None:
-            continue
-        assert old.tip_seq is not None
-        tip = LogTip(old.tip_seq, old.tip_ended, hashes.get(key, {}))
-        if len(tip.hashes) != len(anchors_for(old.tip_seq, seqs[key])):
+    for key, (old, anchored) in needed.items():
+        found_hashes = hashes.get(key, {})
+        if set(found_hashes) != anchored:
             return None  # the layers lack an accepted entry: chain everything again
-        tips[key] = tip
+        assert old.tip_seq is not None
+        tips[key] = LogTip(old.tip_seq, old.tip_ended, found_hashes)
     return tips
 
 
@@ -736,18 +751,18 @@ def _commit(
     conn: psycopg.Connection,
     url: str,
     spark: SparkSession,
-    logs: list[tuple[object, ...]],
-    run: str | None,
     accounts: DataFrame,
     warehouse: Warehouse,
-    fingerprint: str,
-    batch: int,
+    run: str | None,
+    settle: Callable[[state_sql.Stage], None],
 ) -> None:
+    """Stage the index accounts, then `settle` them with the rest of the step in one
+    transaction; on any failure, drop the stage and the chained run this step wrote."""
     stage = state_sql.stage_table(conn, "accounts", secrets.token_hex(6))
     try:
         copy_frame(accounts, url, Target.into(stage, (*ACCOUNT_COLUMNS, ("origin", "text"))))
         failpoint(Failpoint.INDEXED)
-        state_sql.commit_index(conn, logs, stage, run, fingerprint, batch)
+        settle(stage)
     except BaseException:
         state_sql.drop_tables(conn, [stage])
         if run is not None:
