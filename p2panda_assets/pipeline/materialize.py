@@ -295,6 +295,8 @@ def _build(
             _write(
                 spark, conn, url, catalog, reduced, by_id, stages, accounts, deleted_stage, as_of
             )
+        tables.index_shared_stage(conn, accounts)
+        tables.index_shared_stage(conn, deleted_stage)
         failpoint(Failpoint.STAGED)
         for schema_id, outcome in by_id.items():
             if outcome.status is BuildStatus.FAILED:
@@ -388,6 +390,7 @@ def _build_increments(
         for schema_id, error in result.errors.items():
             _fail(conn, by_id[schema_id], f"writing rows failed: {error}", None)
         _stage_accounts(url, reduced, flagged, ok, accounts)
+        tables.index_shared_stage(conn, accounts)
         for schema_id in ok:
             outcome = by_id[schema_id]
             if outcome.status is BuildStatus.FAILED:

@@ -118,6 +118,18 @@ def index_stage(conn: psycopg.Connection, stage: Stage) -> None:
     )
 
 
+def index_shared_stage(conn: psycopg.Connection, stage: Stage) -> None:
+    """An index on `schema_id`, and the planner's statistics, once the rows are in:
+    each schema's swap reads its own rows of a stage that holds every schema's (without
+    them, 20 swaps at 1M entries scan the whole stage 20 times: 1.3 s each)."""
+    conn.execute(
+        sql.SQL("CREATE INDEX {} ON {} (schema_id)").format(
+            sql.Identifier(f"{stage.name}_schema"), stage.identifier
+        )
+    )
+    conn.execute(sql.SQL("ANALYZE {}").format(stage.identifier))
+
+
 def swap_schema(
     conn: psycopg.Connection,
     outcome: Outcome,
