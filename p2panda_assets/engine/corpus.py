@@ -39,6 +39,7 @@ from p2panda_assets.protocol.hashing import DEFAULT_ALGORITHM
 from p2panda_assets.protocol.ids import format_schema_id
 from p2panda_assets.protocol.log import LogTip, validate_log
 from p2panda_assets.protocol.messages import (
+    SCHEMA_MESSAGE_TYPES,
     Create,
     Delete,
     Message,
@@ -145,13 +146,29 @@ class ChainedLog:
 
     @property
     def summary(self) -> LogSummary:
-        messages = [m for _, _, m in self.items if not isinstance(m, P2pandaError)]
-        is_schema = bool(messages) and is_schema_message(messages[0])
-        first_ref = next(
-            (m.schema for m in messages if isinstance(m, Create | Update | Delete) and m.schema),
-            None,
+        return log_summary(
+            (m.kind, m.schema if isinstance(m, Create | Update | Delete) else None)
+            for _, _, m in self.items
+            if not isinstance(m, P2pandaError)
         )
-        return LogSummary(is_schema, None if is_schema else first_ref)
+
+
+SCHEMA_KINDS = frozenset(t.kind for t in SCHEMA_MESSAGE_TYPES)
+
+
+def log_summary(messages: Iterable[tuple[str, VersionedSchema | None]]) -> LogSummary:
+    """A log's summary from its accepted messages that decode, in seq order, each as
+    (kind, the schema it names): a schema log when the first is a schema message; else
+    the first schema an instance message names. The pipeline passes what verification
+    indexed of each message (`protocol.message_index`), so it need not decode them."""
+    messages = iter(messages)
+    first = next(messages, None)
+    if first is None:
+        return LogSummary(False, None)
+    if first[0] in SCHEMA_KINDS:
+        return LogSummary(True, None)
+    first_ref = first[1] or next((ref for _, ref in messages if ref), None)
+    return LogSummary(False, first_ref)
 
 
 def cut_log(log: ChainedLog, version: int) -> ChainedLog:
@@ -167,7 +184,24 @@ def chain_log(
     log so far all accepted); decode the accepted ones."""
     entries = list(entries)
     payloads = {entry.hash: payload for entry, payload in entries}
-    verdict = validate_log((entry for entry, _ in entries), tip)
+    chained = chain_entries((entry for entry, _ in entries), tip)
+    items = [(e.seq_num, e.hash, _decode(payloads[e.hash])) for e in chained.accepted]
+    return ChainedLog(author, log_id, items, chained.accounts, chained.ended)
+
+
+@dataclass(frozen=True, slots=True)
+class ChainedEntries:
+    """One log's entries after the chain rules, before any message is decoded."""
+
+    accepted: list[Entry]  # in seq order
+    accounts: Accounts  # the entries rejected or held pending
+    ended: bool  # the last accepted entry ends the log
+
+
+def chain_entries(entries: Iterable[Entry], tip: LogTip | None = None) -> ChainedEntries:
+    """The chain rules (`protocol.log.validate_log`) as accounts: what `chain_log` does
+    before it decodes the accepted messages."""
+    verdict = validate_log(entries, tip)
     accounts: Accounts = {
         h: Account.of(State.REJECTED, r, None) for h, r in verdict.rejected.items()
     }
@@ -175,9 +209,8 @@ def chain_log(
         accounts[entry_hash] = Account(
             State.PENDING, Reason.AWAITING_ENTRY, f"awaits seq {seq} of its log"
         )
-    items = [(e.seq_num, e.hash, _decode(payloads[e.hash])) for e in verdict.accepted]
     ended = verdict.ended if verdict.accepted else bool(tip and tip.ended)
-    return ChainedLog(author, log_id, items, accounts, ended)
+    return ChainedEntries(verdict.accepted, accounts, ended)
 
 
 def _decode(payload: bytes) -> Message | P2pandaError:

@@ -1,6 +1,6 @@
 """The index step: new entries verified (once, `verify`), every log chained by the
-engine's `chain_log`, the schema logs folded (`Catalog`), the instance logs assigned to
-schemas, and everything no schema build decides accounted for.
+engine's chain rules (`chain_entries`), the schema logs folded (`Catalog`), the
+instance logs assigned to schemas, and everything no schema build decides accounted for.
 
 The chained messages of every log are written to the columnar store, by the schema
 their log is assigned to: the reduction of any set of schemas reads its partitions from
@@ -40,8 +40,9 @@ from p2panda_assets.engine.corpus import (
     LogItem,
     LogKey,
     LogSummary,
-    chain_log,
+    chain_entries,
     duplicate_log_accounts,
+    log_summary,
     pending_accounts,
     schema_id_of,
 )
@@ -161,21 +162,21 @@ def account_rows(accounts: Accounts) -> list[dict[str, object]]:
 
 
 def _chain_group(rows: list[Row]) -> list[Row]:
-    """One log through the engine's `chain_log` (from its tip, if the rows carry one):
-    its accepted items, its summary and where it now stands, and the accounts of the
-    entries the chain rules reject or hold."""
-    # Column types from the decoded frame: binary -> bytes, decimal(20,0) -> Decimal.
+    """One log through the engine's chain rules (`chain_entries`, from its tip if the
+    rows carry one): its accepted items, its summary and where it now stands, and the
+    accounts of the entries the rules reject or hold. The messages are not decoded
+    again: verification indexed each one (kind and schema; no kind: it does not decode),
+    which is all the summary needs."""
+    # Column types from the verified frame: binary -> bytes, decimal(20,0) -> Decimal.
     author, log_id = cast(bytes, rows[0]["author"]), int(cast(Decimal, rows[0]["log_id"]))
     tip = tip_of(rows[0])
-    log = chain_log(
-        author,
-        log_id,
-        [(decode_entry(cast(bytes, row["entry"])), cast(bytes, row["payload"])) for row in rows],
-        tip,
-    )
+    log = chain_entries((decode_entry(cast(bytes, row["entry"])) for row in rows), tip)
     by_hash = {row["hash"]: row for row in rows}
+    accepted = [by_hash[entry.hash] for entry in log.accepted]
     key = {"author": author, "log_id": Decimal(log_id)}
-    summary = log.summary
+    summary = log_summary(
+        (cast(str, row["kind"]), indexed_ref(row)) for row in accepted if row["kind"] is not None
+    )
     ref_id, ref_version, ref_hash = ref_columns(summary.first_ref)
     out: list[Row] = [
         {
@@ -185,29 +186,46 @@ def _chain_group(rows: list[Row]) -> list[Row]:
             "ref_schema_id": ref_id,
             "ref_version": ref_version,
             "ref_hash": ref_hash,
-            "tip_seq": Decimal(log.items[-1][0] if log.items else tip.seq if tip else 0),
+            "tip_seq": Decimal(log.accepted[-1].seq_num if log.accepted else tip.seq if tip else 0),
             "tip_ended": log.ended,
             "clean": not log.accounts,
         }
     ]
-    for seq, entry_hash, message in log.items:
-        row = by_hash[entry_hash]
+    for row in accepted:
         out.append(
             {
                 "row_type": "item",
                 **key,
-                "seq": Decimal(seq),
-                "hash": entry_hash,
+                "seq": row["seq"],
+                "hash": row["hash"],
                 "batch": row["batch"],
                 "payload": row["payload"],
                 "kind": row["kind"],
                 "schema_version": row["schema_version"],
                 "instance": row["instance"],
-                "error": str(message.reason) if isinstance(message, P2pandaError) else None,
+                "error": None if row["kind"] is not None else decode_error(row["payload"]),
             }
         )
     out += [{"row_type": "account", **key, **row} for row in account_rows(log.accounts)]
     return out
+
+
+def indexed_ref(row: Row) -> VersionedSchema | None:
+    """The schema a message names, as verification indexed it."""
+    return ref_from_columns(
+        cast(str | None, row["schema_id"]),
+        cast(Decimal | None, row["schema_version"]),
+        cast(bytes | None, row["schema_hash"]),
+    )
+
+
+def decode_error(payload: object) -> str:
+    """The reason code of a payload that does not decode as a message."""
+    try:
+        decode_message(cast(bytes, payload))
+    except P2pandaError as error:
+        return str(error.reason)
+    raise ValueError("indexed as undecodable, but the payload decodes")
 
 
 def tip_of(row: Row) -> LogTip | None:
