@@ -51,6 +51,7 @@ from p2panda_assets.errors import P2pandaError, Pending, Reason
 from p2panda_assets.failpoints import Failpoint, failpoint
 from p2panda_assets.pipeline.copy import ACCOUNT_COLUMNS, Target, copy_frame
 from p2panda_assets.pipeline.groups import Row, arrow_schema, map_groups
+from p2panda_assets.pipeline.spark import shuffles_sized_for
 from p2panda_assets.pipeline.verify import current_warehouse, verify_new_entries
 from p2panda_assets.pipeline.warehouse import (
     NO_SCHEMA,
@@ -306,7 +307,10 @@ def run_index(spark: SparkSession, conn: psycopg.Connection, url: str) -> IndexR
     nothing left to verify)."""
     state_sql.hold_pipeline_lock(conn)
     try:
-        return _run_index(spark, conn, url)
+        verified = verify_new_entries(spark, conn, url)
+        good = state_sql.count_good_entries(conn)
+        with shuffles_sized_for(spark, good):
+            return _run_index(spark, conn, url, verified, good)
     finally:
         state_sql.release_pipeline_lock(conn)
 
@@ -328,8 +332,9 @@ def last_index(spark: SparkSession, conn: psycopg.Connection) -> IndexResult:
     )
 
 
-def _run_index(spark: SparkSession, conn: psycopg.Connection, url: str) -> IndexResult:
-    verified = verify_new_entries(spark, conn, url)
+def _run_index(
+    spark: SparkSession, conn: psycopg.Connection, url: str, verified: int, good: int
+) -> IndexResult:
     warehouse = current_warehouse(spark, conn)
     fingerprint = state_sql.store_fingerprint(conn)
     state = state_sql.pipeline_state(conn)
@@ -347,15 +352,15 @@ def _run_index(spark: SparkSession, conn: psycopg.Connection, url: str) -> Index
             lambda stage: state_sql.commit_index(conn, [], stage, None, fingerprint, 0),
         )
         return IndexResult(verified, 0, catalog, catalog.order(), warehouse, (), fingerprint)
-    appended = _append_index(spark, conn, url, warehouse, state, fingerprint)
+    appended = _append_index(spark, conn, url, warehouse, state, fingerprint, good)
     if appended is not None:
         _keep_chained(spark, warehouse, {*appended.layers, *state.layers})
         return replace(appended, verified=verified)
-    good = spark.read.parquet(warehouse.entries).filter(F.col("verdict") == "ok")
+    verified_ok = spark.read.parquet(warehouse.entries).filter(F.col("verdict") == "ok")
     # On disk, not in the JVM's heap: it holds every payload, and is read four times.
-    chained = map_groups(good, ("author", "log_id"), ("seq",), _chain_group, CHAIN_ARROW).persist(
-        StorageLevel.DISK_ONLY
-    )
+    chained = map_groups(
+        verified_ok, ("author", "log_id"), ("seq",), _chain_group, CHAIN_ARROW
+    ).persist(StorageLevel.DISK_ONLY)
     try:
         logs = {
             key: (summary, tip)
@@ -444,14 +449,14 @@ def _append_index(
     warehouse: Warehouse,
     state: state_sql.PipelineState,
     fingerprint: str,
+    good: int,
 ) -> IndexResult | None:
     """Continue the logs the new batches touch, from their tips, and write their new
     messages as one more layer; None when only chaining every log again is exact (see
-    the module's docstring), or cheaper."""
+    the module's docstring), or cheaper. `good`: the verified entries of the store."""
     since = state_sql.indexed_batch(conn)
     if since is None or not state.layers or len(state.layers) >= MAX_LAYERS:
         return None
-    good = state_sql.count_good_entries(conn)
     if good < append_min_entries():
         return None
     new = spark.read.parquet(warehouse.entries).filter(

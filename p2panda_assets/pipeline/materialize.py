@@ -52,11 +52,13 @@ from p2panda_assets.pipeline.increments import (
 )
 from p2panda_assets.pipeline.index import IndexResult
 from p2panda_assets.pipeline.reduction import reduce_logs, with_owners
+from p2panda_assets.pipeline.spark import shuffles_sized_for
 from p2panda_assets.protocol.ids import checked_schema_id
 from p2panda_assets.statuses import Assignment, BuildStatus
 from p2panda_assets.store import tables
 from p2panda_assets.store.pipeline_state import (
     Stage,
+    count_good_entries,
     drop_tables,
     hold_pipeline_lock,
     release_pipeline_lock,
@@ -87,7 +89,8 @@ def materialize_schemas(
     processes wait for this one."""
     hold_pipeline_lock(conn)
     try:
-        return _materialize(spark, conn, url, index, index.catalog, schema_ids, None)
+        with shuffles_sized_for(spark, count_good_entries(conn)):
+            return _materialize(spark, conn, url, index, index.catalog, schema_ids, None)
     finally:
         release_pipeline_lock(conn)
 
@@ -104,7 +107,8 @@ def materialize_version(
     """Build `schema_id` as it was at `version` (`catalog` holds its log cut there)."""
     hold_pipeline_lock(conn)
     try:
-        return _materialize(spark, conn, url, index, catalog, [schema_id], version)[0]
+        with shuffles_sized_for(spark, count_good_entries(conn)):
+            return _materialize(spark, conn, url, index, catalog, [schema_id], version)[0]
     finally:
         release_pipeline_lock(conn)
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,39 @@ def spark_master() -> str:
     return os.environ.get("SPARK_MASTER") or "local[*]"
 
 
+def most_shuffle_partitions() -> int:
+    return int(os.environ.get("P2PANDA_SHUFFLE_PARTITIONS") or 8)
+
+
+# A store of fewer verified entries than this per partition shuffles into fewer partitions.
+ENTRIES_PER_SHUFFLE_PARTITION = 10_000
+
+
+def shuffle_partitions_for(entries: int) -> int:
+    """Partitions of every shuffle of a run on a store of `entries` verified entries: one
+    per `ENTRIES_PER_SHUFFLE_PARTITION`, at least one, at most P2PANDA_SHUFFLE_PARTITIONS.
+    Each partition is a task with a Python worker round trip; on a small store (the
+    sensors' usual run) eight of them cost more than the data (bench/latency.py: a run
+    of one new entry 5.0 s with 8, 3.0 s with 1). Spark's adaptive coalescing does not
+    merge them (the grouped and persisted frames keep their partitioning)."""
+    wanted = -(-entries // ENTRIES_PER_SHUFFLE_PARTITION)
+    return max(1, min(most_shuffle_partitions(), wanted))
+
+
+@contextmanager
+def shuffles_sized_for(spark: SparkSession, entries: int) -> Iterator[None]:
+    """Run the block with `shuffle_partitions_for(entries)` shuffle partitions (a
+    setting of the session, put back after: the resident worker's session outlives
+    the run)."""
+    key = "spark.sql.shuffle.partitions"
+    before = spark.conf.get(key) or str(most_shuffle_partitions())
+    spark.conf.set(key, str(shuffle_partitions_for(entries)))
+    try:
+        yield
+    finally:
+        spark.conf.set(key, before)
+
+
 def spark_config(master: str | None = None) -> dict[str, Any]:
     """The settings every session of the product uses."""
     # The driver logs errors only, on stderr: the package's log4j2.properties, named by
@@ -31,7 +66,7 @@ def spark_config(master: str | None = None) -> dict[str, Any]:
         "spark.app.name": "p2panda-assets",
         "spark.jars": str(JDBC_JAR),
         "spark.sql.session.timeZone": "UTC",
-        "spark.sql.shuffle.partitions": os.environ.get("P2PANDA_SHUFFLE_PARTITIONS", "8"),
+        "spark.sql.shuffle.partitions": str(most_shuffle_partitions()),
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         # Rows per Arrow batch between the JVM and the Python workers: a payload may be
         # 1 MiB, and the default of 10,000 rows would let one batch reach gigabytes.
