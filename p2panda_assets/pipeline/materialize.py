@@ -372,7 +372,7 @@ def _build_increments(
     try:
         keys = new_keys(decoded, min(plan.increments.values()))
         keys |= reached_rows(conn, catalog, list(by_id), keys)
-        touched = with_owners(touched_messages(decoded, plan.increments, keys), decoded)
+        touched = with_owners(touched_messages(decoded, plan.increments, keys), decoded, keys)
         reduced = reduce_logs(touched, broadcast, incremental=True).persist(StorageLevel.DISK_ONLY)
         ok = _fail_reductions(conn, reduced, by_id, None)
         again, before = _reduced_again(reduced, ok)

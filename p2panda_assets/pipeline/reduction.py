@@ -147,12 +147,26 @@ def reduce_logs(
     return map_groups(items, ("author", "log_id"), ("seq",), reduce_group, REDUCED_ARROW)
 
 
-def with_owners(items: DataFrame, decoded: DataFrame) -> DataFrame:
+# Up to this many instances, an incremental build's creates are looked up by broadcast.
+BROADCAST_INSTANCES = 200_000
+
+
+def with_owners(
+    items: DataFrame, decoded: DataFrame, instances: set[bytes] | None = None
+) -> DataFrame:
     """Each update and delete with the log of the create it names (anywhere in the
-    store, chain-accepted): the engine's owner lookup for `not-author`."""
-    creates = decoded.filter(F.col("kind") == "create").select(
+    store, chain-accepted): the engine's owner lookup for `not-author`.
+
+    `instances`: every instance `items` name (an incremental build's keys). The creates
+    of those alone are looked up, by broadcast, instead of a join that shuffles the items
+    (with their payloads) and every create of the store."""
+    creates = decoded.filter(F.col("kind") == "create")
+    if instances is not None and len(instances) <= BROADCAST_INSTANCES:
+        wanted = decoded.sparkSession.createDataFrame([(k,) for k in instances], "hash binary")
+        creates = F.broadcast(creates.join(F.broadcast(wanted), "hash", "left_semi"))
+    owners = creates.select(
         F.col("hash").alias("instance"),
         F.col("author").alias("owner_author"),
         F.col("log_id").alias("owner_log"),
     )
-    return items.join(creates, "instance", "left")
+    return items.join(owners, "instance", "left")
