@@ -148,13 +148,19 @@ def run_in_two_parts(spark, url: str, corpus: CorpusBuilder, early: int, schema_
     return outcomes, appended
 
 
-def test_a_delete_cascades_into_rows_no_new_message_names(spark, session_database):
+def mails_to_panda_and_sloth():
+    """Profiles panda and sloth (author 2's log 1), and five mails to them (author 3's)."""
     corpus, profile, mail = profiles_and_mails()
     people = instances(corpus.author(2), 1)
     panda, sloth = (people.create(profile.ref(), name=n) for n in ("panda", "sloth"))
     post = instances(corpus.author(3), 1)
     for to in (panda, sloth, panda, sloth, panda):
         post.create(mail.ref(), to=to, title="hi")
+    return corpus, profile, mail, people, panda, post, sloth
+
+
+def test_a_delete_cascades_into_rows_no_new_message_names(spark, session_database):
+    corpus, profile, mail, people, panda, _, _ = mails_to_panda_and_sloth()
     early = len(corpus.pairs)
     people.delete(panda)
     outcomes, _ = run_in_two_parts(
@@ -186,12 +192,7 @@ def test_a_schema_that_cascades_from_one_built_whole_is_built_with_it(spark, ses
     """Its cascades read the deleted set that whole build decides. (Adding to its table
     after that build, as a second incremental pass, cost more than building it whole in
     the same job: bench/pipeline.py at 1M, the increment 25.8 -> 27.9 s.)"""
-    corpus, profile, mail = profiles_and_mails()
-    people = instances(corpus.author(2), 1)
-    panda, sloth = (people.create(profile.ref(), name=n) for n in ("panda", "sloth"))
-    post = instances(corpus.author(3), 1)
-    for to in (panda, sloth, panda, sloth, panda):
-        post.create(mail.ref(), to=to, title="hi")
+    corpus, profile, mail, people, panda, post, sloth = mails_to_panda_and_sloth()
     early = len(corpus.pairs)
     profile.migrate(create_field("bio", "text", default=""))  # its table is built whole
     people.delete(panda)
