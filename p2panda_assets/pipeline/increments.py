@@ -31,16 +31,20 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import reduce
 
 import psycopg
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from p2panda_assets.engine.cascade import cascade_fields
 from p2panda_assets.engine.corpus import Catalog
 from p2panda_assets.engine.relations import BuildOrder
+from p2panda_assets.pipeline.warehouse import Warehouse
 from p2panda_assets.statuses import Assignment
+from p2panda_assets.store import pipeline_state as state_sql
 from p2panda_assets.store import tables
+from p2panda_assets.store.pipeline_state import LayerSums
 from p2panda_assets.store.registry import table_name_for
 from p2panda_assets.store.tables import BuildState
 
@@ -71,31 +75,54 @@ class Digest:
     total: int
 
 
-def message_digests(decoded: DataFrame, built: Mapping[str, int]) -> dict[str, Digest]:
+def layer_sums(
+    spark: SparkSession, conn: psycopg.Connection, warehouse: Warehouse, layers: Sequence[str]
+) -> LayerSums:
+    """The messages of the chained `layers`, summed by schema, assigned or not, and batch:
+    a count and a sum of 60 bits of the SHA-256 of each entry hash. A layer is summed
+    once, by one Spark job over the layers not summed yet, and its sums are kept in the
+    store: an increment's run sums only the layer it appended."""
+    kept = state_sql.layer_digests(conn, layers)
+    missing = [layer for layer in layers if layer not in kept]
+    if missing:
+        frames = [
+            spark.read.parquet(warehouse.chained(layer)).withColumn("layer", F.lit(layer))
+            for layer in missing
+        ]
+        frame = reduce(DataFrame.unionByName, frames)
+        bits = F.conv(F.substring(F.sha2(F.col("hash"), 256), 1, 15), 16, 10)
+        assigned = F.col("assignment") == Assignment.ASSIGNED.value
+        rows = (
+            frame.groupBy("layer", "schema", assigned.alias("assigned"), "batch")
+            .agg(F.count("*").alias("count"), F.sum(bits.cast("decimal(38,0)")).alias("sum"))
+            .collect()
+        )
+        summed: dict[str, LayerSums] = {layer: [] for layer in missing}
+        for r in rows:
+            summed[r["layer"]].append(
+                (r["schema"], r["assigned"], int(r["batch"]), int(r["count"]), int(r["sum"]))
+            )
+        state_sql.keep_layer_digests(conn, summed, layers)
+        kept |= summed
+    return [row for layer in layers for row in kept[layer]]
+
+
+def message_digests(sums: LayerSums, built: Mapping[str, int]) -> dict[str, Digest]:
     """The digests of the schemas `built` names (schema -> the batch its table was
-    built up to, -1 for none): a count and a sum of 60 bits of the SHA-256 of each
-    entry hash (a digest that does not depend on order), for the schema's messages and
-    for every message of the store. One Spark job sums them by schema and batch; the
-    rest is added up here."""
-    bits = F.conv(F.substring(F.sha2(F.col("hash"), 256), 1, 15), 16, 10).cast("decimal(38,0)")
-    assigned = F.col("assignment") == Assignment.ASSIGNED.value
-    sums = (
-        decoded.groupBy("schema", assigned.alias("assigned"), "batch")
-        .agg(F.count("*").alias("count"), F.sum(bits).alias("sum"))
-        .collect()
-    )
+    built up to, -1 for none), for the schema's messages and for every message of the
+    store (a digest that does not depend on order), added up from `layer_sums`."""
 
     def total(schema_id: str | None, batch: int | None) -> tuple[int, str]:
         """Count and digest of the messages of `schema_id` (None: of the store) from
         batches up to `batch` (None: from all)."""
         rows = [
-            r
-            for r in sums
-            if (schema_id is None or (r["schema"] == schema_id and r["assigned"]))
-            and (batch is None or r["batch"] <= batch)
+            (count, bits)
+            for schema, assigned, row_batch, count, bits in sums
+            if (schema_id is None or (schema == schema_id and assigned))
+            and (batch is None or row_batch <= batch)
         ]
-        count = sum(int(r["count"]) for r in rows)
-        return count, f"{count}:{sum(int(r['sum']) for r in rows)}"
+        count = sum(c for c, _ in rows)
+        return count, f"{count}:{sum(b for _, b in rows)}"
 
     digests = {}
     for schema_id, batch in built.items():
@@ -123,16 +150,17 @@ def plan_builds(
     conn: psycopg.Connection,
     catalog: Catalog,
     order: BuildOrder,
-    decoded: DataFrame | None,
+    sums: LayerSums | None,
     batch: int,
     schema_ids: Sequence[str],
 ) -> BuildPlan:
-    """The build plan of `schema_ids`, from the index that covers batches up to `batch`."""
-    if decoded is None:
+    """The build plan of `schema_ids`, from the index that covers batches up to `batch`
+    (`sums`: its `layer_sums`, None before the first entry)."""
+    if sums is None:
         return BuildPlan({}, {})
     previous = tables.build_states(conn, schema_ids)
     digests = message_digests(
-        decoded, {s: previous[s].batch if s in previous else -1 for s in schema_ids}
+        sums, {s: previous[s].batch if s in previous else -1 for s in schema_ids}
     )
     states = {s: BuildState(batch, digests[s].now, lens_key(catalog, order, s)) for s in schema_ids}
     holding = tables.schemas_holding_messages(conn, list(previous))

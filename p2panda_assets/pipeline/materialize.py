@@ -44,6 +44,7 @@ from p2panda_assets.pipeline.increments import (
     BuildPlan,
     cascade_increments,
     cascade_targets,
+    layer_sums,
     new_keys,
     plan_builds,
     reached_rows,
@@ -147,7 +148,8 @@ def _materialize(
     if as_of is not None:
         _build(spark, conn, url, index, catalog, [outcomes[s] for s in ready], as_of, {})
         return [outcomes[s] for s in schema_ids]
-    plan = plan_builds(conn, catalog, order, index.decoded(spark), index.batch, ready)
+    sums = layer_sums(spark, conn, index.warehouse, index.layers) if index.layers else None
+    plan = plan_builds(conn, catalog, order, sums, index.batch, ready)
     whole = [outcomes[s] for s in ready if s not in plan.increments]
     if plan.increments:
         # First: a whole build may cascade from their deleted sets (never the reverse:

@@ -166,6 +166,15 @@ ALTER TABLE p2panda.index_state ADD COLUMN IF NOT EXISTS batch integer;
 ALTER TABLE p2panda.message_index DROP CONSTRAINT IF EXISTS message_index_hash_fkey;
 ALTER TABLE p2panda.accounts DROP CONSTRAINT IF EXISTS accounts_hash_fkey;
 
+-- What each chained layer of the columnar store holds, summed for the build plan's
+-- digests (pipeline/increments.py): per schema, assigned to it or not, and verified batch,
+-- a count and a sum of hash bits. A layer is written once, under a name of its own, so its
+-- sums never change; the rows of layers no longer read are deleted when new sums are kept.
+CREATE TABLE IF NOT EXISTS p2panda.layer_digests (
+    layer text PRIMARY KEY,
+    sums  jsonb NOT NULL
+);
+
 -- "Pending" is the one word for not-yet (statuses.py): rows written before it said
 -- 'waiting' (a schema's status, a log's assignment, the stage of an account).
 UPDATE p2panda.schemas SET status = 'pending' WHERE status = 'waiting';

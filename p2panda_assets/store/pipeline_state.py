@@ -14,6 +14,7 @@ from typing import cast
 
 import psycopg
 from psycopg import sql
+from psycopg.types.json import Jsonb
 
 from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.store.ingest import INGEST_LOCK
@@ -325,6 +326,36 @@ SELECT (SELECT count(*) || ':' || coalesce(max(ingest_seq), 0) FROM p2panda.entr
     || (SELECT md5(coalesce(string_agg(schema_id, ',' ORDER BY schema_id), ''))
         FROM p2panda.schemas)
 """
+
+
+LayerSums = list[tuple[str | None, bool, int, int, int]]  # schema, assigned, batch, count, sum
+
+
+def layer_digests(conn: psycopg.Connection, layers: Sequence[str]) -> dict[str, LayerSums]:
+    """The kept sums of those of `layers` that have them."""
+    rows = conn.execute(
+        "SELECT layer, sums FROM p2panda.layer_digests WHERE layer = ANY(%s)", (list(layers),)
+    )
+    return {
+        layer: [(s, bool(a), int(b), int(c), int(t)) for s, a, b, c, t in sums]
+        for layer, sums in rows
+    }
+
+
+def keep_layer_digests(
+    conn: psycopg.Connection, sums: dict[str, LayerSums], layers: Sequence[str]
+) -> None:
+    """Keep `sums` by layer; forget those of layers not in `layers` (the ones read now)."""
+    with conn.transaction():
+        conn.execute(
+            "DELETE FROM p2panda.layer_digests WHERE NOT (layer = ANY(%s))", (list(layers),)
+        )
+        with conn.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO p2panda.layer_digests (layer, sums) VALUES (%s, %s)"
+                " ON CONFLICT (layer) DO NOTHING",
+                [(layer, Jsonb([list(row) for row in rows])) for layer, rows in sums.items()],
+            )
 
 
 def store_fingerprint(conn: psycopg.Connection) -> str:

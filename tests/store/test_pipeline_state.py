@@ -12,6 +12,8 @@ from p2panda_assets.store.pipeline_state import (
     LOCK_WAIT_ENV,
     PIPELINE_LOCK,
     hold_pipeline_lock,
+    keep_layer_digests,
+    layer_digests,
     release_pipeline_lock,
 )
 
@@ -57,3 +59,19 @@ def test_the_lock_holder_sweeps_what_dead_runs_staged_and_nothing_else(database_
         conn.execute("DROP TABLE public.stage_not_ours")
         with pytest.raises(psycopg.errors.UndefinedTable):
             conn.execute("SELECT 1 FROM p2panda_data.stage_dead_0")
+
+
+def test_layer_sums_are_kept_exactly_and_forgotten_with_their_layers(conn) -> None:
+    """Sums of hash bits pass 2**64; a layer no longer read loses its row."""
+    big = 2**60 * 1_000_003
+    kept = {
+        "old": [("s-1", True, 1, 3, big), (None, False, 1, 1, 7)],
+        "new": [],  # a layer with no message is summed too, once
+    }
+    keep_layer_digests(conn, kept, ["old", "new"])
+    assert layer_digests(conn, ["old", "new", "unknown"]) == kept
+    keep_layer_digests(conn, {"newer": [("s-1", True, 2, 1, 5)]}, ["new", "newer"])
+    assert layer_digests(conn, ["old", "new", "newer"]) == {
+        "new": [],
+        "newer": [("s-1", True, 2, 1, 5)],
+    }
