@@ -1,7 +1,8 @@
 """The data plane's SQL on the product's own tables: its progress row
 (`p2panda.pipeline_state`), the entries it has not verified yet, and what one
-verification or index step writes (message index, accounts, logs). The pipeline asks
-these functions; it writes no SQL on `p2panda.*` itself.
+verification or index step writes (message index, accounts, logs), and the sums of each
+chained layer the build plan keeps. The pipeline asks these functions; it writes no SQL
+on `p2panda.*` itself.
 """
 
 from __future__ import annotations
