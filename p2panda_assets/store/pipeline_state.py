@@ -322,10 +322,15 @@ def _index_state(conn: psycopg.Connection, fingerprint: str, batch: int) -> None
     )
 
 
+# The entries verified (every one up to `verified_through`: the store as verification
+# read it, not as it is now, when an ingest may have committed more) and the schemas
+# registered.
 FINGERPRINT = """
-SELECT (SELECT count(*) || ':' || coalesce(max(ingest_seq), 0) FROM p2panda.entries) || ':'
+SELECT (SELECT count(*) FROM p2panda.entries WHERE ingest_seq <= s.verified_through)
+    || ':' || s.verified_through || ':'
     || (SELECT md5(coalesce(string_agg(schema_id, ',' ORDER BY schema_id), ''))
         FROM p2panda.schemas)
+FROM p2panda.pipeline_state s WHERE s.id = 1
 """
 
 
@@ -360,7 +365,10 @@ def keep_layer_digests(
 
 
 def store_fingerprint(conn: psycopg.Connection) -> str:
-    """What the index depends on: the entries stored and the schemas registered."""
+    """What the index depends on: the entries verified and the schemas registered. An
+    entry committed after verification read the store is not in it: an index marked
+    with it would be taken as up to date by the run that verifies that entry, and the
+    entry would never be chained."""
     row = conn.execute(FINGERPRINT).fetchone()
     assert row is not None
     return str(row[0])

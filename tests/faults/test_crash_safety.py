@@ -352,3 +352,24 @@ def test_entries_ingested_during_a_build_are_built_by_the_next_run(
 
     home.ok("materialize")
     assert_as_clean(home, corpus.pairs, corpus.schema_ids)
+
+
+def test_entries_ingested_during_verification_are_built_by_the_next_run(
+    home: Home, corpus: Story
+) -> None:
+    """The run stops with its batch verified, not committed; half the corpus is
+    ingested under it. What the index records it was computed from must be what was
+    verified, not the store as it is after: else the next run finds the index up to
+    date, verifies the second half and never chains it (its tables stay UNCHANGED)."""
+    half = len(corpus.pairs) // 2
+    home.ingest(corpus.pairs[:half], "first")
+    home.register(corpus.schema_ids)
+    run = home.start("materialize", failpoint=f"{Failpoint.VERIFIED}:pause")
+    home.wait_for(Failpoint.VERIFIED, run)
+    home.ingest(corpus.pairs[half:], "second")
+    home.go_on(Failpoint.VERIFIED)
+    code, _, err = home.finish(run)
+    assert code == 0, err[-3000:]
+
+    home.ok("materialize")
+    assert_as_clean(home, corpus.pairs, corpus.schema_ids)
