@@ -16,6 +16,8 @@ import psycopg
 from p2panda_assets.engine.readiness import Registered
 from p2panda_assets.protocol.ids import format_schema_id
 from p2panda_assets.protocol.messages import SchemaRevert
+from p2panda_assets.store import tables
+from p2panda_assets.store.pipeline_state import fingerprint_bound
 
 LogKey = tuple[bytes, int]  # (author, log id)
 Hole = tuple[int, int, float]  # (lowest, highest ingest_seq not seen, when first seen)
@@ -222,6 +224,14 @@ def schema_of_hashes(conn: psycopg.Connection, hashes: set[bytes]) -> dict[bytes
         return {}
     rows = conn.execute(SCHEMA_OF_HASHES, (list(hashes),)).fetchall()
     return {bytes(h): format_schema_id(bytes(a), int(log)) for h, a, log in rows}
+
+
+def built_through(conn: psycopg.Connection, schema_ids: Sequence[str]) -> dict[str, int]:
+    """Per schema among `schema_ids` whose table is built: the ingest_seq up to which every
+    entry was verified when it was built (its table holds what they make of it)."""
+    built = tables.built_fingerprints(conn, schema_ids)
+    bounds = {s: fingerprint_bound(fingerprint) for s, fingerprint in built.items()}
+    return {s: bound for s, bound in bounds.items() if bound is not None}
 
 
 # --- schema reverts -----------------------------------------------------------------------------

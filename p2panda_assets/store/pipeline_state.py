@@ -326,9 +326,9 @@ def _index_state(conn: psycopg.Connection, fingerprint: str, batch: int) -> None
 # read it, not as it is now, when an ingest may have committed more) and the schemas
 # registered.
 FINGERPRINT = """
-SELECT (SELECT count(*) FROM p2panda.entries WHERE ingest_seq <= s.verified_through)
-    || ':' || s.verified_through || ':'
-    || (SELECT md5(coalesce(string_agg(schema_id, ',' ORDER BY schema_id), ''))
+SELECT 'through=' || s.verified_through
+    || ';entries=' || (SELECT count(*) FROM p2panda.entries WHERE ingest_seq <= s.verified_through)
+    || ';schemas=' || (SELECT md5(coalesce(string_agg(schema_id, ',' ORDER BY schema_id), ''))
         FROM p2panda.schemas)
 FROM p2panda.pipeline_state s WHERE s.id = 1
 """
@@ -372,6 +372,14 @@ def store_fingerprint(conn: psycopg.Connection) -> str:
     row = conn.execute(FINGERPRINT).fetchone()
     assert row is not None
     return str(row[0])
+
+
+def fingerprint_bound(fingerprint: str) -> int | None:
+    """The `verified_through` a fingerprint names: every entry up to this ingest_seq was
+    verified when it was taken (None: a fingerprint of an earlier release)."""
+    head = fingerprint.split(";", 1)[0]
+    name, _, value = head.partition("=")
+    return int(value) if name == "through" and value.isdigit() else None
 
 
 def indexed_fingerprint(conn: psycopg.Connection) -> str | None:

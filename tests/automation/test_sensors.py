@@ -18,6 +18,7 @@ from p2panda_assets.defs.sensors import (
     schema_registration_sensor,
     schema_revert_sensor,
 )
+from p2panda_assets.store import pipeline_state as state_sql
 from p2panda_assets.store.database import connect
 from p2panda_assets.store.ingest import ingest
 from p2panda_assets.testing.builder import create_field, instances, remove_field
@@ -158,6 +159,22 @@ def test_new_entries_rebuild_only_their_schema(graph: Graph, conn, tick: Tick) -
     assert run.run_key.startswith(f"entries-{graph.id('tag')}-")
     again = tick(schema_entries_sensor, result.cursor)
     assert again.run_requests == [] and again.skip_reason.skip_message == "no new entries"
+
+
+def test_entries_a_table_was_built_from_request_nothing(graph: Graph, conn, tick: Tick) -> None:
+    """A daemon started after `panda materialize`: its first tick reads the whole store,
+    but every table was built after all of it was verified, so no run is requested.
+    An entry verified after a table was built still rebuilds it."""
+    built_from = state_sql.store_fingerprint(conn)  # index_in_process verified everything
+    conn.execute("UPDATE p2panda.schemas SET built_fingerprint = %s", (built_from,))
+    first = tick(schema_entries_sensor, None)
+    assert first.run_requests == []
+    assert "its table was built from these entries already" in first.skip_reason.skip_message
+    graph.logs["tag"].create(graph.schemas["tag"].ref(), label="later")
+    publish(conn, graph.fresh())
+    assert requested(tick(schema_entries_sensor, first.cursor)) == [graph.id("tag")]
+    index_in_process(conn)  # verified now, but the table is still the one built before
+    assert requested(tick(schema_entries_sensor, first.cursor)) == [graph.id("tag")]
 
 
 def test_new_entries_of_a_schema_with_a_queued_run_request_nothing_more(

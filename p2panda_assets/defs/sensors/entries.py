@@ -28,6 +28,7 @@ from p2panda_assets.store.feed import (
     FreshLog,
     LogAssignment,
     LogKey,
+    built_through,
     feed,
     first_payloads,
     log_assignments,
@@ -172,12 +173,26 @@ def entries_tick(
             skip_reason=f"{len(fresh)} logs with new entries, none of a registered schema",
             cursor=moved.dumps(),
         )
+    routes, built = unbuilt_routes(routes, built_through(conn, list(routes)))
     requests, notes = entries_requests(load_relations(conn), routes, queued)
+    notes += [f"{sid}: its table was built from these entries already" for sid in built]
     return dg.SensorResult(
         run_requests=batched(requests),
         skip_reason=None if requests else skip_reason(notes, "nothing to rebuild"),
         cursor=moved.dumps(),
     )
+
+
+def unbuilt_routes(
+    routes: Mapping[str, Route], built: Mapping[str, int]
+) -> tuple[dict[str, Route], list[str]]:
+    """The routes whose new entries a schema's table may not hold yet, and the schemas
+    left out: those whose table was built after every one of their new entries was
+    verified (`built`: the bound by ingest_seq). Their run would find the table
+    UNCHANGED: a daemon started after `panda materialize`, whose first tick reads the
+    whole store, or entries a run launched for another reason picked up already."""
+    kept = {sid: r for sid, r in routes.items() if r.last > built.get(sid, 0)}
+    return kept, [sid for sid in routes if sid not in kept]
 
 
 @pipeline_sensor
