@@ -238,7 +238,7 @@ def built_through(conn: psycopg.Connection, schema_ids: Sequence[str]) -> dict[s
 
 
 REVERTS = """
-SELECT s.schema_id, e.seq_num
+SELECT s.schema_id, e.seq_num, e.ingest_seq
 FROM p2panda.schemas s
 JOIN p2panda.entries e ON e.author = s.author AND e.log_id = s.log_id
 JOIN p2panda.message_index m ON m.hash = e.hash
@@ -247,9 +247,10 @@ ORDER BY 1, 2
 """
 
 
-def verified_reverts(conn: psycopg.Connection) -> dict[str, list[int]]:
-    """Per registered schema, the seqs of the schema-revert entries the index verified."""
-    found: dict[str, list[int]] = {}
-    for schema_id, seq in conn.execute(REVERTS, (SchemaRevert.kind,)):
-        found.setdefault(schema_id, []).append(int(seq))
+def verified_reverts(conn: psycopg.Connection) -> dict[str, dict[int, int]]:
+    """Per registered schema, the schema-revert entries the index verified: seq ->
+    ingest_seq."""
+    found: dict[str, dict[int, int]] = {}
+    for schema_id, seq, ingest_seq in conn.execute(REVERTS, (SchemaRevert.kind,)):
+        found.setdefault(schema_id, {})[int(seq)] = int(ingest_seq)
     return found

@@ -305,6 +305,29 @@ def test_revert_fans_out_to_the_dependents_only(graph: Graph, conn, tick: Tick) 
     assert tick(schema_revert_sensor, result.cursor).run_requests == []
 
 
+def test_a_revert_leaves_out_the_tables_built_after_it(graph: Graph, conn, tick: Tick) -> None:
+    """The entries sensor's run rebuilt profile from its new schema log entries, the
+    revert among them; the revert asks for the schemas whose relations reach it only.
+    A daemon started after all of them were built asks for nothing."""
+    baseline = tick(schema_revert_sensor, None)
+    profile = graph.schemas["profile"]
+    profile.migrate(create_field("bio", "text"))
+    profile.revert(2)
+    publish(conn, graph.fresh())
+    index_in_process(conn)
+    built_from = state_sql.store_fingerprint(conn)
+    conn.execute(
+        "UPDATE p2panda.schemas SET built_fingerprint = %s WHERE schema_id = %s",
+        (built_from, graph.id("profile")),
+    )
+    result = tick(schema_revert_sensor, baseline.cursor)
+    assert requested(result) == [graph.id(n) for n in ("mail", "digest")]
+    conn.execute("UPDATE p2panda.schemas SET built_fingerprint = %s", (built_from,))
+    fresh = tick(schema_revert_sensor, None)
+    assert fresh.run_requests == []
+    assert "its table was built after the revert" in fresh.skip_reason.skip_message
+
+
 def test_revert_of_a_leaf_schema_requests_it_alone(graph: Graph, conn, tick: Tick) -> None:
     baseline = tick(schema_revert_sensor, None)
     graph.schemas["digest"].revert(1)
