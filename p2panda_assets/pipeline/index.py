@@ -336,7 +336,7 @@ def _run_index(
     spark: SparkSession, conn: psycopg.Connection, url: str, verified: int, good: int
 ) -> IndexResult:
     warehouse = current_warehouse(spark, conn)
-    fingerprint = state_sql.store_fingerprint(conn)
+    fingerprint = state_sql.verified_fingerprint(conn)
     state = state_sql.pipeline_state(conn)
     if state_sql.indexed_fingerprint(conn) == fingerprint:
         return replace(last_index(spark, conn), verified=verified)

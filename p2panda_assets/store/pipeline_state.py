@@ -364,7 +364,7 @@ def keep_layer_digests(
             )
 
 
-def store_fingerprint(conn: psycopg.Connection) -> str:
+def verified_fingerprint(conn: psycopg.Connection) -> str:
     """What the index depends on: the entries verified and the schemas registered. An
     entry committed after verification read the store is not in it: an index marked
     with it would be taken as up to date by the run that verifies that entry, and the

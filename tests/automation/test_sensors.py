@@ -165,7 +165,7 @@ def test_entries_a_table_was_built_from_request_nothing(graph: Graph, conn, tick
     """A daemon started after `panda materialize`: its first tick reads the whole store,
     but every table was built after all of it was verified, so no run is requested.
     An entry verified after a table was built still rebuilds it."""
-    built_from = state_sql.store_fingerprint(conn)  # index_in_process verified everything
+    built_from = state_sql.verified_fingerprint(conn)  # index_in_process verified everything
     conn.execute("UPDATE p2panda.schemas SET built_fingerprint = %s", (built_from,))
     first = tick(schema_entries_sensor, None)
     assert first.run_requests == []
@@ -315,7 +315,7 @@ def test_a_revert_leaves_out_the_tables_built_after_it(graph: Graph, conn, tick:
     profile.revert(2)
     publish(conn, graph.fresh())
     index_in_process(conn)
-    built_from = state_sql.store_fingerprint(conn)
+    built_from = state_sql.verified_fingerprint(conn)
     conn.execute(
         "UPDATE p2panda.schemas SET built_fingerprint = %s WHERE schema_id = %s",
         (built_from, graph.id("profile")),
