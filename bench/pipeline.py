@@ -22,6 +22,9 @@ and the last migration of the first schema. After the measured run they are inge
 and the pipeline runs again: `incremental_seconds` (ingest included) and
 `incremental_fraction` = incremental_seconds / seconds.
 
+`--spark-events DIR` also writes Spark's event log into DIR and prints the time of
+Spark's actions by the line of the package that started them (`bench/spark_events.py`).
+
     .venv/bin/python bench/pipeline.py [--entries 1000000] [--incremental 10000] [--seed 7]
 """
 
@@ -51,6 +54,7 @@ import psutil
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
+from spark_events import event_log_config, report  # bench/, beside this script
 
 from p2panda_assets.jsonlines import entry_line, read_entry_lines
 from p2panda_assets.pipeline import index as index_module
@@ -531,7 +535,8 @@ def run(args: argparse.Namespace) -> dict[str, object]:
             sampler.postmaster = postmaster
             sampler.start()
             started = time.perf_counter()
-            spark = build_session(spark_config())
+            events = {} if args.spark_events is None else event_log_config(args.spark_events)
+            spark = build_session(spark_config() | events)
             session_s = time.perf_counter() - started
             cores = spark.sparkContext.defaultParallelism
             line("spark session", f"{session_s:.1f} s ({spark_master()}, {cores} cores)")
@@ -568,6 +573,9 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         else:
             shutil.rmtree(home, ignore_errors=True)
 
+    if args.spark_events is not None:  # written out once the session stopped
+        line("spark time by call site", f"(from the event log in {args.spark_events})")
+        print("\n".join(report(args.spark_events)), flush=True)
     ceiling_after = verify_rate(sample)
     took = stages.seconds
     index_s, verify_s = took.get("index", 0.0), took.get("verify", 0.0)
@@ -670,6 +678,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--keep-database", action="store_true", help="keep the database (and server) to inspect"
+    )
+    parser.add_argument(
+        "--spark-events",
+        type=Path,
+        metavar="DIR",
+        help="write Spark's event log into DIR and print the time by call site (spark_events.py)",
     )
     result = run(parser.parse_args())
     if "incremental_seconds" in result:
