@@ -23,8 +23,17 @@ def spark_master() -> str:
     return os.environ.get("SPARK_MASTER") or "local[*]"
 
 
+# Shuffle partitions per core of this host (local Spark's cores) unless
+# P2PANDA_SHUFFLE_PARTITIONS says otherwise. On 2 cores, 2 per core against 4
+# (bench/pipeline.py, the same day): 32.3 s against 35.6 s at 100k; 152.5 s against
+# 152.1-154.1 s at 1M, and its increment 22.5 s against 24.9-25.0 s. Every partition is
+# a task, and a run is many small jobs.
+PARTITIONS_PER_CORE = 2
+
+
 def most_shuffle_partitions() -> int:
-    return int(os.environ.get("P2PANDA_SHUFFLE_PARTITIONS") or 8)
+    cores = os.cpu_count() or 1
+    return int(os.environ.get("P2PANDA_SHUFFLE_PARTITIONS") or PARTITIONS_PER_CORE * cores)
 
 
 # A store of fewer verified entries than this per partition shuffles into fewer partitions.
