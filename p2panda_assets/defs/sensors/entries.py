@@ -21,6 +21,7 @@ from p2panda_assets.defs.sensors.requests import (
     queued_selections,
     request,
     skip_reason,
+    table_holds,
 )
 from p2panda_assets.engine.readiness import Relations, Scope, entries_scope
 from p2panda_assets.protocol.message_index import message_index
@@ -188,10 +189,10 @@ def unbuilt_routes(
 ) -> tuple[dict[str, Route], list[str]]:
     """The routes whose new entries a schema's table may not hold yet, and the schemas
     left out: those whose table was built after every one of their new entries was
-    verified (`built`: the bound by ingest_seq). Their run would find the table
-    UNCHANGED: a daemon started after `panda materialize`, whose first tick reads the
-    whole store, or entries a run launched for another reason picked up already."""
-    kept = {sid: r for sid, r in routes.items() if r.last > built.get(sid, 0)}
+    verified (`table_holds`): a daemon started after `panda materialize`, whose first
+    tick reads the whole store, or entries a run launched for another reason picked up
+    already."""
+    kept = {sid: r for sid, r in routes.items() if not table_holds(built, sid, r.last)}
     return kept, [sid for sid in routes if sid not in kept]
 
 

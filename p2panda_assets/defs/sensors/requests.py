@@ -7,6 +7,8 @@ that limits that tag to one run executes them in relation order.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import dagster as dg
 import psycopg
 
@@ -88,6 +90,13 @@ def batched(requests: list[dg.RunRequest]) -> list[dg.RunRequest]:
         )
         for r in requests
     ]
+
+
+def table_holds(built: Mapping[str, int], schema_id: str, ingest_seq: int) -> bool:
+    """Whether the schema's table holds what the entry `ingest_seq` makes of it: the table
+    was built after every entry up to a bound at or past it was verified (`built`:
+    `store.feed.built_through`). A run for that entry would find the table UNCHANGED."""
+    return built.get(schema_id, 0) >= ingest_seq
 
 
 def skip_reason(lines: list[str], default: str) -> str:

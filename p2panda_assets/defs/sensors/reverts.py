@@ -18,6 +18,7 @@ from p2panda_assets.defs.sensors.requests import (
     pipeline_sensor,
     request,
     skip_reason,
+    table_holds,
 )
 from p2panda_assets.engine.readiness import Relations, revert_fan_out
 from p2panda_assets.store.feed import built_through, verified_reverts
@@ -42,9 +43,9 @@ def unbuilt_requests(
 ) -> tuple[list[dg.RunRequest], list[str]]:
     """The requests whose table may not reflect the revert yet, and the schemas left out:
     those whose table was built after the revert entry (ingest_seq `since`) was verified
-    (`built`: the bound by ingest_seq). Their run would find the table UNCHANGED: a
-    daemon started after `panda demo`, whose first tick finds every revert new."""
-    kept = [r for r in requests if built.get(r.partition_key or "", 0) < since]
+    (`table_holds`): a daemon started after `panda demo`, whose first tick finds every
+    revert new."""
+    kept = [r for r in requests if not table_holds(built, r.partition_key or "", since)]
     return kept, [r.partition_key or "" for r in requests if r not in kept]
 
 
