@@ -335,41 +335,25 @@ def test_two_materializes_two_seconds_apart_both_succeed_or_one_is_busy(
     assert_as_clean(home, corpus.pairs, corpus.schema_ids)
 
 
-def test_entries_ingested_during_a_build_are_built_by_the_next_run(
-    home: Home, corpus: Story
+@pytest.mark.parametrize("point", [Failpoint.VERIFIED, Failpoint.STAGED])
+def test_entries_ingested_under_a_run_are_built_by_the_next_run(
+    home: Home, corpus: Story, point: Failpoint
 ) -> None:
-    """The build stops with its tables staged; half the corpus is ingested under it; the
-    build finishes (exit 0), and the next run leaves all of it built."""
+    """The run stops at `point`; half the corpus is ingested under it; the run finishes
+    (exit 0), and the next run leaves all of it built. STAGED: its tables staged.
+    VERIFIED: its batch verified, not committed: what the index records it was computed
+    from must be what was verified, not the store as it is after, else the next run finds
+    the index up to date, verifies the second half and never chains it (its tables stay
+    UNCHANGED)."""
     half = len(corpus.pairs) // 2
     home.ingest(corpus.pairs[:half], "first")
     home.register(corpus.schema_ids)
-    run = home.start("materialize", failpoint=f"{Failpoint.STAGED}:pause")
-    home.wait_for(Failpoint.STAGED, run)
+    run = home.start("materialize", failpoint=f"{point}:pause")
+    home.wait_for(point, run)
     home.ingest(corpus.pairs[half:], "second")
-    home.go_on(Failpoint.STAGED)
+    home.go_on(point)
     code, _, err = home.finish(run)
     assert code == 0, err[-3000:]  # its later runs may already index the second half
-
-    home.ok("materialize")
-    assert_as_clean(home, corpus.pairs, corpus.schema_ids)
-
-
-def test_entries_ingested_during_verification_are_built_by_the_next_run(
-    home: Home, corpus: Story
-) -> None:
-    """The run stops with its batch verified, not committed; half the corpus is
-    ingested under it. What the index records it was computed from must be what was
-    verified, not the store as it is after: else the next run finds the index up to
-    date, verifies the second half and never chains it (its tables stay UNCHANGED)."""
-    half = len(corpus.pairs) // 2
-    home.ingest(corpus.pairs[:half], "first")
-    home.register(corpus.schema_ids)
-    run = home.start("materialize", failpoint=f"{Failpoint.VERIFIED}:pause")
-    home.wait_for(Failpoint.VERIFIED, run)
-    home.ingest(corpus.pairs[half:], "second")
-    home.go_on(Failpoint.VERIFIED)
-    code, _, err = home.finish(run)
-    assert code == 0, err[-3000:]
 
     home.ok("materialize")
     assert_as_clean(home, corpus.pairs, corpus.schema_ids)
