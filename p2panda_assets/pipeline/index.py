@@ -205,6 +205,9 @@ def _chain_group(rows: list[Row]) -> list[Row]:
                 "schema_version": row["schema_version"],
                 "instance": row["instance"],
                 "error": None if row["kind"] is not None else decode_error(row["payload"]),
+                # What this group's entries say of the log: the whole log's summary when
+                # every log is chained again (`_logs_and_schema_logs` reads it then).
+                "is_schema": summary.is_schema,
             }
         )
     out += [{"row_type": "account", **key, **row} for row in account_rows(log.accounts)]
@@ -362,15 +365,9 @@ def _run_index(
         verified_ok, ("author", "log_id"), ("seq",), _chain_group, CHAIN_ARROW
     ).persist(StorageLevel.DISK_ONLY)
     try:
-        logs = {
-            key: (summary, tip)
-            for key, summary, tip in map(
-                log_of, chained.filter(F.col("row_type") == "log").collect()
-            )
-        }
+        logs, schema_logs = _logs_and_schema_logs(chained)
         summaries = {key: summary for key, (summary, _) in logs.items()}
-        schema_keys = [k for k, s in summaries.items() if s.is_schema]
-        catalog = Catalog.build(_schema_logs(spark, chained, schema_keys), registered_schemas(conn))
+        catalog = Catalog.build(schema_logs, registered_schemas(conn))
         order = catalog.order()
         plan = _log_plan(summaries, catalog, order)
         run = secrets.token_hex(6)
@@ -599,23 +596,23 @@ def _keep_chained(spark: SparkSession, warehouse: Warehouse, keep: set[str]) -> 
             remove(spark, f"{base}/{name}")
 
 
-def _schema_logs(spark: SparkSession, chained: DataFrame, keys: list[LogKey]) -> list[ChainedLog]:
-    """The schema logs' chained items, to the driver (small), as `ChainedLog`s."""
-    if not keys:
-        return []
-    wanted = spark.createDataFrame(
-        [(a, Decimal(i)) for a, i in keys], "author binary, log_id decimal(20,0)"
-    )
-    rows = (
-        chained.filter(F.col("row_type") == "item")
-        .join(F.broadcast(wanted), ["author", "log_id"], "left_semi")
-        .select("author", "log_id", "seq", "hash", "payload")
-        .collect()
-    )
-    by_log: dict[tuple[bytes, int], list[Row]] = {}
-    for row in rows:
-        by_log.setdefault((bytes(row["author"]), int(row["log_id"])), []).append(row.asDict())
-    return [items_log(by_log[key]) for key in sorted(by_log)]
+def _logs_and_schema_logs(
+    chained: DataFrame,
+) -> tuple[dict[LogKey, tuple[LogSummary, tuple[object, ...]]], list[ChainedLog]]:
+    """Every log's summary and tip, and the schema logs' items as `ChainedLog`s, to the
+    driver in one Spark job (schema logs are small; a job costs ~0.2 s on a small store,
+    bench/latency.py)."""
+    wanted = (F.col("row_type") == "log") | ((F.col("row_type") == "item") & F.col("is_schema"))
+    logs: dict[LogKey, tuple[LogSummary, tuple[object, ...]]] = {}
+    items: dict[LogKey, list[Row]] = {}
+    for row in chained.filter(wanted).collect():
+        if row["row_type"] == "log":
+            key, summary, tip = log_of(row)
+            logs[key] = (summary, tip)
+        else:
+            key = (bytes(row["author"]), int(row["log_id"]))
+            items.setdefault(key, []).append(row.asDict())
+    return logs, [items_log(items[key]) for key in sorted(items)]
 
 
 # (schema the log's messages go with, or NO_SCHEMA; its assignment; why its entries wait:
