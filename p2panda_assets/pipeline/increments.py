@@ -208,9 +208,8 @@ def new_keys(decoded: DataFrame, after_batch: int) -> set[bytes]:
         decoded.filter(F.col("batch") > after_batch)
         .select(key.alias("key"))
         .where(F.col("key").isNotNull())
-        .distinct()
         .collect()
-    )
+    )  # made distinct here: in Spark it is a shuffle, a job's worth on a small store
     return {bytes(row["key"]) for row in rows}
 
 
@@ -239,23 +238,41 @@ def reached_rows(
     return reached
 
 
+# Up to this many instance keys, the messages naming them (and their creates) are found
+# by a predicate of literals; above, by a join (each literal costs a call into the JVM),
+# with the keys broadcast up to BROADCAST_KEYS.
+LITERAL_KEYS = 2_000
+BROADCAST_KEYS = 200_000
+
+
 def touched_messages(
     decoded: DataFrame, increments: Mapping[str, int], keys: set[bytes]
 ) -> DataFrame:
     """The messages an incremental build reduces again: every message that creates or
     names one of `keys`, and the new messages that name no instance (their accounts).
-    Each carries `built_batch`."""
-    spark = decoded.sparkSession
-    frame = spark.createDataFrame(list(increments.items()), "schema string, built_batch long")
-    wanted = spark.createDataFrame([(k,) for k in keys], "key binary")
+    Each carries `built_batch`. No join with a frame made in the driver when the keys
+    are few: each would be a Spark job of its own (its broadcast), which on the
+    sensors' one-entry runs costs more than the data (bench/latency.py)."""
+    built = F.lit(None).cast("long")
+    for schema_id, batch in increments.items():
+        built = F.when(F.col("schema") == schema_id, F.lit(batch)).otherwise(built)
     created = F.when(F.col("kind") == "create", F.col("hash"))
     keyed = (
-        decoded.filter(F.col("assignment") == Assignment.ASSIGNED.value)
-        .join(F.broadcast(frame), "schema")
+        decoded.filter(
+            (F.col("assignment") == Assignment.ASSIGNED.value)
+            & F.col("schema").isin(list(increments))
+        )
+        .withColumn("built_batch", built)
         .withColumn("key", F.coalesce(F.col("instance"), created))
     )
-    new_without_key = keyed.filter((F.col("batch") > F.col("built_batch")) & F.col("key").isNull())
-    return keyed.join(wanted, "key", "left_semi").unionByName(new_without_key).drop("key")
+    new_without_key = (F.col("batch") > F.col("built_batch")) & F.col("key").isNull()
+    if len(keys) <= LITERAL_KEYS:
+        return keyed.filter(F.col("key").isin(list(keys)) | new_without_key).drop("key")
+    wanted = decoded.sparkSession.createDataFrame([(k,) for k in keys], "key binary")
+    named = keyed.join(
+        F.broadcast(wanted) if len(keys) <= BROADCAST_KEYS else wanted, "key", "left_semi"
+    )
+    return named.unionByName(keyed.filter(new_without_key)).drop("key")
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from p2panda_assets.engine.corpus import (
     reduction_accounts,
 )
 from p2panda_assets.engine.instances import Instance, OwnerLookup
+from p2panda_assets.pipeline import increments
 from p2panda_assets.pipeline.groups import Row, arrow_schema, map_groups
 from p2panda_assets.pipeline.index import account_rows, items_log
 
@@ -147,10 +148,6 @@ def reduce_logs(
     return map_groups(items, ("author", "log_id"), ("seq",), reduce_group, REDUCED_ARROW)
 
 
-# Up to this many instances, an incremental build's creates are looked up by broadcast.
-BROADCAST_INSTANCES = 200_000
-
-
 def with_owners(
     items: DataFrame, decoded: DataFrame, instances: set[bytes] | None = None
 ) -> DataFrame:
@@ -159,9 +156,12 @@ def with_owners(
 
     `instances`: every instance `items` name (an incremental build's keys). The creates
     of those alone are looked up, by broadcast, instead of a join that shuffles the items
-    (with their payloads) and every create of the store."""
+    (with their payloads) and every create of the store; a few of them by a predicate
+    (as `increments.touched_messages` finds their messages)."""
     creates = decoded.filter(F.col("kind") == "create")
-    if instances is not None and len(instances) <= BROADCAST_INSTANCES:
+    if instances is not None and len(instances) <= increments.LITERAL_KEYS:
+        creates = F.broadcast(creates.filter(F.col("hash").isin(list(instances))))
+    elif instances is not None and len(instances) <= increments.BROADCAST_KEYS:
         wanted = decoded.sparkSession.createDataFrame([(k,) for k in instances], "hash binary")
         creates = F.broadcast(creates.join(F.broadcast(wanted), "hash", "left_semi"))
     owners = creates.select(
