@@ -376,8 +376,7 @@ def _build_increments(
         keys |= reached_rows(conn, catalog, list(by_id), keys)
         touched = with_owners(touched_messages(decoded, plan.increments, keys), decoded, keys)
         reduced = reduce_logs(touched, broadcast, incremental=True).persist(StorageLevel.DISK_ONLY)
-        ok = _fail_reductions(conn, reduced, by_id, None)
-        again, before = _reduced_again(reduced, ok)
+        ok, again, before = _reduced_again(conn, reduced, by_id)
         targets = {t for s in ok for t in cascade_targets(catalog, s) if t is not None}
         stored = _stored_deleted(conn, sorted(targets | set(ok)))
         deleted_now, whole = _settle_cascades(catalog, ok, again, stored)
@@ -388,7 +387,7 @@ def _build_increments(
             [(s, h) for s in ok for h in deleted_now[s]], "schema string, hash binary"
         )
         instances = reduced.filter((F.col("row_type") == "instance") & F.col("schema").isin(ok))
-        flagged = _flag_live(instances, gone)
+        flagged = _flag_live(instances, F.broadcast(gone))
         row_targets = {s: _row_target(stages[s], catalog.histories[s].lens) for s in ok}
         result = copy_partitions(
             flagged.filter("live").select(F.col("schema").alias("dest"), "row"), url, row_targets
@@ -428,18 +427,28 @@ def _build_increments(
 ByInstance = dict[str, dict[bytes, Again]]  # schema -> instance id -> how it reduced
 
 
-def _reduced_again(reduced: DataFrame, ok: list[str]) -> tuple[ByInstance, ByInstance]:
-    """The instances reduced again, per schema: as all their messages make them, and
-    as the messages the table was built from made them (`before`)."""
-    again: ByInstance = {s: {} for s in ok}
-    before: ByInstance = {s: {} for s in ok}
+def _reduced_again(
+    conn: psycopg.Connection, reduced: DataFrame, by_id: dict[str, Outcome]
+) -> tuple[list[str], ByInstance, ByInstance]:
+    """The schemas whose logs all reduced (the others fail, as `_fail_reductions`), and
+    their instances reduced again: as all their messages make them, and as the messages
+    the table was built from made them (`before`). One Spark job: on the small stores of
+    the sensors' runs, each job costs ~0.1 s (bench/latency.py)."""
     columns = ("row_type", "schema", "hash", "deleted", "cascade_target", "cascade_ref")
     rows = (
-        reduced.filter(F.col("row_type").isin("instance", "before") & F.col("schema").isin(ok))
-        .select(*columns, "fell_back")
+        reduced.filter(F.col("row_type").isin("error", "instance", "before"))
+        .select(*columns, "fell_back", "message")
         .collect()
     )
     for row in rows:
+        if row["row_type"] == "error":
+            _fail(conn, by_id[row["schema"]], f"reduction failed: {row['message']}", None)
+    ok = [s for s, o in by_id.items() if o.status is not BuildStatus.FAILED]
+    again: ByInstance = {s: {} for s in ok}
+    before: ByInstance = {s: {} for s in ok}
+    for row in rows:
+        if row["row_type"] == "error" or row["schema"] not in again:
+            continue
         targets, refs = row["cascade_target"] or (), row["cascade_ref"] or ()
         found = Again(
             bool(row["deleted"]),
@@ -448,7 +457,7 @@ def _reduced_again(reduced: DataFrame, ok: list[str]) -> tuple[ByInstance, ByIns
         )
         into = again if row["row_type"] == "instance" else before
         into[row["schema"]][bytes(row["hash"])] = found
-    return again, before
+    return ok, again, before
 
 
 def _stored_deleted(conn: psycopg.Connection, schema_ids: list[str]) -> dict[str, set[bytes]]:
