@@ -600,7 +600,7 @@ def _logs_and_schema_logs(
     chained: DataFrame,
 ) -> tuple[dict[LogKey, tuple[LogSummary, tuple[object, ...]]], list[ChainedLog]]:
     """Every log's summary and tip, and the schema logs' items as `ChainedLog`s, to the
-    driver in one Spark job (schema logs are small; a job costs ~0.2 s on a small store,
+    driver in one Spark job (schema logs are small; a job costs ~0.15 s on a small store,
     bench/latency.py)."""
     wanted = (F.col("row_type") == "log") | ((F.col("row_type") == "item") & F.col("is_schema"))
     logs: dict[LogKey, tuple[LogSummary, tuple[object, ...]]] = {}

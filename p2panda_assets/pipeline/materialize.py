@@ -433,7 +433,7 @@ def _reduced_again(
     """The schemas whose logs all reduced (the others fail, as `_fail_reductions`), and
     their instances reduced again: as all their messages make them, and as the messages
     the table was built from made them (`before`). One Spark job: on the small stores of
-    the sensors' runs, each job costs ~0.1 s (bench/latency.py)."""
+    the sensors' runs, each job costs ~0.15 s (bench/latency.py)."""
     columns = ("row_type", "schema", "hash", "deleted", "cascade_target", "cascade_ref")
     rows = (
         reduced.filter(F.col("row_type").isin("error", "instance", "before"))
