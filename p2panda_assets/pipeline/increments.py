@@ -238,11 +238,25 @@ def reached_rows(
     return reached
 
 
-# Up to this many instance keys, the messages naming them (and their creates) are found
-# by a predicate of literals; above, by a join (each literal costs a call into the JVM),
-# with the keys broadcast up to BROADCAST_KEYS.
+# Up to this many keys, rows are selected by them with a predicate of literals; above,
+# by a semi-join (each literal costs a call into the JVM), the keys broadcast up to
+# BROADCAST_KEYS.
 LITERAL_KEYS = 2_000
 BROADCAST_KEYS = 200_000
+
+
+def among(frame: DataFrame, column: str, keys: set[bytes]) -> DataFrame:
+    """The rows of `frame` whose binary `column` is one of `keys`. A few keys are a
+    predicate, not a join with a frame made in the driver: Spark cannot size such a
+    frame, so each join with one is a broadcast job of its own or a sort-merge join that
+    shuffles `frame`, and on the sensors' one-entry runs that costs more than the data
+    (bench/latency.py)."""
+    if len(keys) <= LITERAL_KEYS:
+        return frame.filter(F.col(column).isin(list(keys)))
+    wanted = frame.sparkSession.createDataFrame([(k,) for k in keys], f"`{column}` binary")
+    return frame.join(
+        F.broadcast(wanted) if len(keys) <= BROADCAST_KEYS else wanted, column, "left_semi"
+    )
 
 
 def touched_messages(
@@ -250,9 +264,7 @@ def touched_messages(
 ) -> DataFrame:
     """The messages an incremental build reduces again: every message that creates or
     names one of `keys`, and the new messages that name no instance (their accounts).
-    Each carries `built_batch`. No join with a frame made in the driver when the keys
-    are few: each would be a Spark job of its own (its broadcast), which on the
-    sensors' one-entry runs costs more than the data (bench/latency.py)."""
+    Each carries `built_batch` (a CASE on the schema: no join, as `among`)."""
     built = F.lit(None).cast("long")
     for schema_id, batch in increments.items():
         built = F.when(F.col("schema") == schema_id, F.lit(batch)).otherwise(built)
@@ -265,14 +277,8 @@ def touched_messages(
         .withColumn("built_batch", built)
         .withColumn("key", F.coalesce(F.col("instance"), created))
     )
-    new_without_key = (F.col("batch") > F.col("built_batch")) & F.col("key").isNull()
-    if len(keys) <= LITERAL_KEYS:
-        return keyed.filter(F.col("key").isin(list(keys)) | new_without_key).drop("key")
-    wanted = decoded.sparkSession.createDataFrame([(k,) for k in keys], "key binary")
-    named = keyed.join(
-        F.broadcast(wanted) if len(keys) <= BROADCAST_KEYS else wanted, "key", "left_semi"
-    )
-    return named.unionByName(keyed.filter(new_without_key)).drop("key")
+    new_without_key = keyed.filter((F.col("batch") > F.col("built_batch")) & F.col("key").isNull())
+    return among(keyed, "key", keys).unionByName(new_without_key).drop("key")
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 
 import psycopg
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from p2panda_assets.engine.compatibility import history_compatibility
@@ -430,7 +430,7 @@ ByInstance = dict[str, dict[bytes, Again]]  # schema -> instance id -> how it re
 def _reduced_again(
     conn: psycopg.Connection, reduced: DataFrame, by_id: dict[str, Outcome]
 ) -> tuple[list[str], ByInstance, ByInstance]:
-    """The schemas whose logs all reduced (the others fail, as `_fail_reductions`), and
+    """The schemas whose logs all reduced (the others fail, `_fail_errors`), and
     their instances reduced again: as all their messages make them, and as the messages
     the table was built from made them (`before`). One Spark job: on the small stores of
     the sensors' runs, each job costs ~0.15 s (bench/latency.py)."""
@@ -440,10 +440,7 @@ def _reduced_again(
         .select(*columns, "fell_back", "message")
         .collect()
     )
-    for row in rows:
-        if row["row_type"] == "error":
-            _fail(conn, by_id[row["schema"]], f"reduction failed: {row['message']}", None)
-    ok = [s for s, o in by_id.items() if o.status is not BuildStatus.FAILED]
+    ok = _fail_errors(conn, [r for r in rows if r["row_type"] == "error"], by_id, None)
     again: ByInstance = {s: {} for s in ok}
     before: ByInstance = {s: {} for s in ok}
     for row in rows:
@@ -569,7 +566,16 @@ def _fail_reductions(
     conn: psycopg.Connection, reduced: DataFrame, by_id: dict[str, Outcome], as_of: int | None
 ) -> list[str]:
     """Fail the schemas a log of which could not be reduced; the others, still to build."""
-    for row in reduced.filter(F.col("row_type") == "error").select("schema", "message").collect():
+    errors = reduced.filter(F.col("row_type") == "error").select("schema", "message").collect()
+    return _fail_errors(conn, errors, by_id, as_of)
+
+
+def _fail_errors(
+    conn: psycopg.Connection, errors: list[Row], by_id: dict[str, Outcome], as_of: int | None
+) -> list[str]:
+    """Fail the schemas of these collected `error` rows of a reduction; the others, still
+    to build."""
+    for row in errors:
         _fail(conn, by_id[row["schema"]], f"reduction failed: {row['message']}", as_of)
     return [s for s, o in by_id.items() if o.status is not BuildStatus.FAILED]
 

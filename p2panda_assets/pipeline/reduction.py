@@ -156,14 +156,10 @@ def with_owners(
 
     `instances`: every instance `items` name (an incremental build's keys). The creates
     of those alone are looked up, by broadcast, instead of a join that shuffles the items
-    (with their payloads) and every create of the store; a few of them by a predicate
-    (as `increments.touched_messages` finds their messages)."""
+    (with their payloads) and every create of the store."""
     creates = decoded.filter(F.col("kind") == "create")
-    if instances is not None and len(instances) <= increments.LITERAL_KEYS:
-        creates = F.broadcast(creates.filter(F.col("hash").isin(list(instances))))
-    elif instances is not None and len(instances) <= increments.BROADCAST_KEYS:
-        wanted = decoded.sparkSession.createDataFrame([(k,) for k in instances], "hash binary")
-        creates = F.broadcast(creates.join(F.broadcast(wanted), "hash", "left_semi"))
+    if instances is not None and len(instances) <= increments.BROADCAST_KEYS:
+        creates = F.broadcast(increments.among(creates, "hash", instances))
     owners = creates.select(
         F.col("hash").alias("instance"),
         F.col("author").alias("owner_author"),
