@@ -3,9 +3,12 @@
 One Spark pass over the entries ingested since the last one (`ingest_seq` above the
 progress row's mark): each task reads its range of them from PostgreSQL by binary COPY,
 runs the engine's `check_record` and indexes the message of every entry that passes.
-The result is appended to the columnar store as one batch; the message index of the
-good entries and the accounts of the rejected ones are appended to PostgreSQL from that
-batch. Nothing updates `p2panda.entries`.
+The result is appended to the columnar store as one batch, where the later steps read
+it. PostgreSQL gets only what is read there without Spark: the accounts of the rejected
+entries, and the index rows of the schema messages (the sensors find reverts in them).
+The index of every instance message stays in the columnar store: at a million entries,
+copying it into PostgreSQL too cost ~8 s of a ~140 s run (bench/pipeline.py). Nothing
+updates `p2panda.entries`.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from p2panda_assets.engine.corpus import check_record
+from p2panda_assets.engine.corpus import SCHEMA_KINDS, check_record
 from p2panda_assets.failpoints import Failpoint, failpoint
 from p2panda_assets.pipeline.copy import ACCOUNT_COLUMNS, Target, copy_frame, copy_rows
 from p2panda_assets.pipeline.groups import arrow_schema
@@ -175,9 +178,9 @@ def _verify_in_spark(
     tasks = spark.range(0, len(ranges), numPartitions=len(ranges))
     tasks.mapInArrow(read_and_verify, VERIFIED_SPARK).write.mode("overwrite").parquet(path)
     verified = spark.read.parquet(path)
-    good = verified.filter(F.col("verdict") == "ok")
+    schema_messages = verified.filter(F.col("kind").isin(*sorted(SCHEMA_KINDS)))
     index_target = Target.into(index, INDEX_COLUMNS)
-    copy_frame(good.select(*index_target.columns), url, index_target)
+    copy_frame(schema_messages.select(*index_target.columns), url, index_target)
     rejected = verified.filter(F.col("verdict") != "ok").select(
         "hash",
         F.lit(None).cast("string").alias("schema_id"),
@@ -203,7 +206,7 @@ def _verify_in_driver(
     copy_rows(
         conn,
         Target.into(index, INDEX_COLUMNS),
-        ([r[c] for c, _ in INDEX_COLUMNS] for r in verified if r["verdict"] == "ok"),
+        ([r[c] for c, _ in INDEX_COLUMNS] for r in verified if r["kind"] in SCHEMA_KINDS),
     )
     copy_rows(
         conn,

@@ -8,6 +8,7 @@ import psycopg
 
 from p2panda_assets.engine.corpus import Catalog, LogKey, chain_log, cut_log, schema_id_of
 from p2panda_assets.protocol.entry import decode_entry
+from p2panda_assets.store.pipeline_state import VERIFIED_GOOD
 
 
 def load_catalog(
@@ -22,8 +23,7 @@ def load_catalog(
     for author, log_id in schema_logs:
         rows = conn.execute(
             "SELECT e.entry, e.payload FROM p2panda.entries e"
-            " JOIN p2panda.message_index m ON m.hash = e.hash"  # verified, and good
-            " WHERE e.author = %s AND e.log_id = %s",
+            " WHERE e.author = %s AND e.log_id = %s AND" + VERIFIED_GOOD,
             (author, log_id),
         ).fetchall()
         log = chain_log(author, log_id, [(decode_entry(bytes(e)), bytes(p)) for e, p in rows])

@@ -22,9 +22,11 @@ CREATE TABLE IF NOT EXISTS p2panda.entries (
 CREATE INDEX IF NOT EXISTS entries_log ON p2panda.entries (author, log_id, seq_num);
 CREATE INDEX IF NOT EXISTS entries_unverified ON p2panda.entries (ingest_seq) WHERE verdict IS NULL;
 
--- What verification learned about each verified entry's message, so that no later step
--- decodes a payload just to find out where it belongs: the message kind and the schema
--- it names (`schema_id` for [author, log, version] refs; `schema_hash` for hash refs).
+-- What verification learned about each good entry whose message is a schema message
+-- (meta, migration, revert): the sensors find reverts here without decoding payloads.
+-- The index of every other message (kind, the schema it names: `schema_id` for
+-- [author, log, version] refs, `schema_hash` for hash refs) is kept in the columnar
+-- store only. Whether an entry is verified and good: `store.pipeline_state.VERIFIED_GOOD`.
 CREATE TABLE IF NOT EXISTS p2panda.message_index (
     hash           bytea PRIMARY KEY,  -- of an entry (see "No foreign keys" below)
     kind           text,          -- message kind; NULL if the payload does not decode

@@ -387,9 +387,25 @@ def indexed_fingerprint(conn: psycopg.Connection) -> str | None:
     return None if row is None else str(row[0])
 
 
+# An entry `e` that verification found good: at or below the progress mark, not rejected
+# at ingest, and without the account of a rejection by verification (which keeps its
+# `verify` origin: no later stage sees a rejected entry). Re-ingesting an entry with its
+# payload gives it a new `ingest_seq` and drops that account, so it waits to be verified.
+VERIFIED_GOOD = """
+e.ingest_seq <= (SELECT verified_through FROM p2panda.pipeline_state WHERE id = 1)
+AND e.verdict IS NULL
+AND NOT EXISTS (SELECT 1 FROM p2panda.accounts a WHERE a.hash = e.hash AND a.origin = 'verify')
+"""
+
+
 def count_good_entries(conn: psycopg.Connection) -> int:
-    """Entries verified good (each has its message index row)."""
-    row = conn.execute("SELECT count(*) FROM p2panda.message_index").fetchone()
+    """Entries verified good: how large a store the pipeline's shuffles are sized for."""
+    row = conn.execute(
+        "SELECT"
+        " (SELECT count(*) FROM p2panda.entries e WHERE e.ingest_seq <= s.verified_through)"
+        " - (SELECT count(*) FROM p2panda.accounts WHERE origin = 'verify')"
+        " FROM p2panda.pipeline_state s WHERE s.id = 1"
+    ).fetchone()
     return int(row[0]) if row else 0
 
 

@@ -2,9 +2,9 @@
 an in-process stand-in for the index step, and runs "finished" by setting the registry.
 
 The stand-in writes exactly what the sensors read of the index step (the verification
-mark, `message_index`, `p2panda.logs`, `index_state`), with the engine's own stage
-functions and the pipeline's own `log_rows`; the Spark index itself is tested in
-tests/pipeline.
+mark, the accounts of rejected entries, `message_index` of the schema messages,
+`p2panda.logs`, `index_state`), with the engine's own stage functions and the
+pipeline's own `log_rows`; the Spark index itself is tested in tests/pipeline.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from itertools import groupby
 
 import psycopg
 
-from p2panda_assets.engine.corpus import Catalog, chain_log, check_record
+from p2panda_assets.engine.corpus import SCHEMA_KINDS, Catalog, chain_log, check_record
 from p2panda_assets.pipeline.index import log_rows
 from p2panda_assets.protocol.entry import decode_entry
 from p2panda_assets.protocol.ids import parse_schema_id
@@ -21,6 +21,7 @@ from p2panda_assets.protocol.message_index import message_index
 from p2panda_assets.store import pipeline_state as state_sql
 from p2panda_assets.store.catalog import registered_schemas
 from p2panda_assets.store.ingest import ingest
+from p2panda_assets.store.pipeline_state import VERIFIED_GOOD
 from p2panda_assets.store.registry import register
 
 
@@ -47,15 +48,23 @@ def index_in_process(conn: psycopg.Connection) -> None:
     for entry_hash, raw, payload in unverified:
         payload = None if payload is None else bytes(payload)
         checked = check_record(bytes(raw), payload)
-        if checked.rejection is None:
+        if checked.rejection is not None:
+            conn.execute(
+                "INSERT INTO p2panda.accounts (hash, state, reason, message, origin)"
+                " VALUES (%s, 'rejected', %s, %s, 'verify')",
+                (entry_hash, str(checked.rejection.reason), checked.rejection.message),
+            )
+            continue
+        indexed = message_index(payload)
+        if indexed[0] in SCHEMA_KINDS:
             conn.execute(
                 "INSERT INTO p2panda.message_index VALUES (%s, %s, %s, %s, %s, %s)",
-                (entry_hash, *message_index(payload)),
+                (entry_hash, *indexed),
             )
     conn.execute("UPDATE p2panda.pipeline_state SET verified_through = %s", (high,))
     verified = conn.execute(
         "SELECT e.author, e.log_id, e.entry, e.payload FROM p2panda.entries e"
-        " JOIN p2panda.message_index m ON m.hash = e.hash ORDER BY e.author, e.log_id, e.seq_num"
+        " WHERE" + VERIFIED_GOOD + " ORDER BY e.author, e.log_id, e.seq_num"
     ).fetchall()
     logs = []
     for (author, log_id), rows in groupby(verified, key=lambda r: (bytes(r[0]), int(r[1]))):
