@@ -141,7 +141,7 @@ def verify_new_entries(spark: SparkSession, conn: psycopg.Connection, url: str) 
         else:
             _verify_in_spark(spark, url, new, bounds, path, index, accounts)
         failpoint(Failpoint.VERIFIED)
-        state_sql.commit_verification(conn, index, accounts, high, batch)
+        state_sql.commit_verification(conn, index, accounts, high, batch, new)
     except BaseException:
         state_sql.drop_tables(conn, [index, accounts])
         remove(spark, path)

@@ -73,7 +73,8 @@ def restart_verification(conn: psycopg.Connection) -> PipelineState:
         conn.execute("DELETE FROM p2panda.index_state")
         conn.execute(
             "UPDATE p2panda.pipeline_state SET warehouse_token = %s, verified_through = 0,"
-            " batch = 0, chained_run = NULL, chained_deltas = '{}' WHERE id = 1",
+            " batch = 0, good_entries = 0, chained_run = NULL, chained_deltas = '{}'"
+            " WHERE id = 1",
             (secrets.token_hex(8),),
         )
     return pipeline_state(conn)
@@ -162,9 +163,11 @@ def commit_verification(
     accounts: Stage,
     verified_through: int,
     batch: int,
+    verified: int,
 ) -> None:
-    """Append what one verification found (message index of the good entries, accounts
-    of the rejected ones) and move the progress row, in one transaction."""
+    """Append what one verification of `verified` entries found (the index of the
+    schema messages, the accounts of the rejected entries) and move the progress row,
+    in one transaction."""
     with conn.transaction():
         conn.execute(
             sql.SQL(
@@ -179,8 +182,11 @@ def commit_verification(
             ).format(accounts.identifier)
         )
         conn.execute(
-            "UPDATE p2panda.pipeline_state SET verified_through = %s, batch = %s WHERE id = 1",
-            (verified_through, batch),
+            sql.SQL(
+                "UPDATE p2panda.pipeline_state SET verified_through = %s, batch = %s,"
+                " good_entries = good_entries + %s - (SELECT count(*) FROM {}) WHERE id = 1"
+            ).format(accounts.identifier),
+            (verified_through, batch, verified),
         )
         drop_tables(conn, [index, accounts])
 
@@ -400,12 +406,7 @@ AND NOT EXISTS (SELECT 1 FROM p2panda.accounts a WHERE a.hash = e.hash AND a.ori
 
 def count_good_entries(conn: psycopg.Connection) -> int:
     """Entries verified good: how large a store the pipeline's shuffles are sized for."""
-    row = conn.execute(
-        "SELECT"
-        " (SELECT count(*) FROM p2panda.entries e WHERE e.ingest_seq <= s.verified_through)"
-        " - (SELECT count(*) FROM p2panda.accounts WHERE origin = 'verify')"
-        " FROM p2panda.pipeline_state s WHERE s.id = 1"
-    ).fetchone()
+    row = conn.execute("SELECT good_entries FROM p2panda.pipeline_state WHERE id = 1").fetchone()
     return int(row[0]) if row else 0
 
 

@@ -45,6 +45,7 @@ def index_in_process(conn: psycopg.Connection) -> None:
         " WHERE verdict IS NULL AND ingest_seq > %s AND ingest_seq <= %s",
         (state.verified_through, high),
     ).fetchall()
+    good = 0
     for entry_hash, raw, payload in unverified:
         payload = None if payload is None else bytes(payload)
         checked = check_record(bytes(raw), payload)
@@ -55,13 +56,17 @@ def index_in_process(conn: psycopg.Connection) -> None:
                 (entry_hash, str(checked.rejection.reason), checked.rejection.message),
             )
             continue
+        good += 1
         indexed = message_index(payload)
         if indexed[0] in SCHEMA_KINDS:
             conn.execute(
                 "INSERT INTO p2panda.message_index VALUES (%s, %s, %s, %s, %s, %s)",
                 (entry_hash, *indexed),
             )
-    conn.execute("UPDATE p2panda.pipeline_state SET verified_through = %s", (high,))
+    conn.execute(
+        "UPDATE p2panda.pipeline_state SET verified_through = %s, good_entries = good_entries + %s",
+        (high, good),
+    )
     verified = conn.execute(
         "SELECT e.author, e.log_id, e.entry, e.payload FROM p2panda.entries e"
         " WHERE" + VERIFIED_GOOD + " ORDER BY e.author, e.log_id, e.seq_num"

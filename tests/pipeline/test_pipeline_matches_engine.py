@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 from p2panda_assets.engine.corpus import Corpus, _check_all, reduce_corpus
 from p2panda_assets.pipeline import verify
 from p2panda_assets.pipeline.run import run_pipeline
+from p2panda_assets.pipeline.verify import current_warehouse
+from p2panda_assets.pipeline.warehouse import remove
 from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store.catalog import stored_catalog
 from p2panda_assets.store.database import connect, ensure_schema
@@ -84,3 +86,23 @@ def test_a_badly_signed_migration_is_not_in_the_stored_catalog(spark, session_da
     check_equal(spark, session_database, corpus.pairs, {schema.schema_id})
     with connect(session_database, autocommit=True) as conn:
         assert sorted(stored_catalog(conn).histories[schema.schema_id].versions) == [1, 2]
+
+
+def test_a_lost_columnar_store_is_verified_again_and_counted_once(spark, session_database):
+    """The columnar store's files gone: verification starts over into a new directory,
+    and what it derived before (rejections, the count of good entries) is not kept twice."""
+    corpus = CorpusBuilder()
+    schema = corpus.author(1).schema(7, "again")
+    schema.migrate(create_field("title", "text"))
+    entry, payload = corpus.pairs[-1]
+    corpus.pairs[-1] = (entry[:-1] + bytes([entry[-1] ^ 1]), payload)  # a signature byte
+    check_equal(spark, session_database, corpus.pairs, {schema.schema_id})
+    with connect(session_database, autocommit=True) as conn:
+        lost = current_warehouse(spark, conn)
+        remove(spark, lost.base)
+        run_pipeline(spark, conn, session_database)
+        assert current_warehouse(spark, conn).token != lost.token
+        assert count_good_entries(conn) == 1
+        assert sorted(stored_catalog(conn).histories[schema.schema_id].versions) == [1]
+        expected = reduce_corpus(corpus.pairs, {schema.schema_id})
+        assert pg_accounts(conn) == engine_accounts(expected)

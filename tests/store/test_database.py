@@ -14,6 +14,7 @@ from p2panda_assets.store.database import (
     ensure_schema,
     jdbc_options,
 )
+from p2panda_assets.store.pipeline_state import count_good_entries, pipeline_state
 
 TABLES = {
     "entries",
@@ -116,3 +117,34 @@ def test_a_new_schema_text_makes_the_next_run_index_again(conn) -> None:
     conn.execute("COMMENT ON SCHEMA p2panda IS 'p2panda ddl an older release'")
     ensure_schema(conn)
     assert conn.execute("SELECT count(*) FROM p2panda.index_state").fetchone()[0] == 0
+
+
+@pytest.mark.postgres
+def test_an_upgrade_counts_the_good_entries_once_and_keeps_schema_messages_only(conn) -> None:
+    """A store verified before the count was kept: three entries verified, one of them
+    rejected by verification; the message index still holds an instance message."""
+    pipeline_state(conn)  # the progress row
+    for seq, hash_ in enumerate((b"good-1", b"good-2", b"bad-3"), start=1):
+        conn.execute(
+            "INSERT INTO p2panda.entries (hash, entry, payload, author, log_id, seq_num)"
+            " VALUES (%s, '', '', %s, 1, %s)",
+            (hash_, bytes(32), seq),
+        )
+    conn.execute(
+        "INSERT INTO p2panda.accounts (hash, state, reason, origin)"
+        " VALUES ('bad-3', 'rejected', 'bad-signature', 'verify')"
+    )
+    conn.execute(
+        "INSERT INTO p2panda.message_index (hash, kind) VALUES ('good-1', 'schema-meta'),"
+        " ('good-2', 'create')"
+    )
+    conn.execute("ALTER TABLE p2panda.pipeline_state ALTER COLUMN good_entries DROP NOT NULL")
+    conn.execute(
+        "UPDATE p2panda.pipeline_state SET verified_through ="
+        " (SELECT max(ingest_seq) FROM p2panda.entries), good_entries = NULL"
+    )
+    conn.execute("COMMENT ON SCHEMA p2panda IS 'p2panda ddl an older release'")
+    ensure_schema(conn)
+    assert count_good_entries(conn) == 2
+    kinds = conn.execute("SELECT kind FROM p2panda.message_index").fetchall()
+    assert kinds == [("schema-meta",)]
