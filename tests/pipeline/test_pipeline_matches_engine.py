@@ -18,10 +18,11 @@ from p2panda_assets.pipeline.warehouse import remove
 from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store.catalog import stored_catalog
 from p2panda_assets.store.database import connect, ensure_schema
+from p2panda_assets.store.feed import verified_reverts
 from p2panda_assets.store.ingest import ingest
 from p2panda_assets.store.pipeline_state import count_good_entries
 from p2panda_assets.store.registry import register
-from p2panda_assets.testing.builder import CorpusBuilder, create_field
+from p2panda_assets.testing.builder import CorpusBuilder, create_field, instances
 from tests.pipeline.compare import engine_accounts, engine_tables, pg_accounts, pg_tables
 from tests.strategies import corpora
 
@@ -106,3 +107,34 @@ def test_a_lost_columnar_store_is_verified_again_and_counted_once(spark, session
         assert sorted(stored_catalog(conn).histories[schema.schema_id].versions) == [1]
         expected = reduce_corpus(corpus.pairs, {schema.schema_id})
         assert pg_accounts(conn) == engine_accounts(expected)
+
+
+@pytest.mark.parametrize("in_spark", [False, True], ids=["verified in the driver", "in Spark"])
+def test_the_sensors_find_a_revert_the_pipeline_verified(
+    spark, session_database, monkeypatch, in_spark
+):
+    """Reverts are found in PostgreSQL's message index, which keeps the schema messages
+    (and no others) of the entries verification found good."""
+    if in_spark:
+        monkeypatch.setattr(verify, "SMALL_BATCH", 0)
+    corpus = CorpusBuilder()
+    schema = corpus.author(1).schema(7, "reverted")
+    schema.migrate(create_field("title", "text"))
+    schema.migrate(create_field("body", "text"))
+    schema.revert(2)
+    log = instances(corpus.author(2), 1)
+    log.create(schema.ref(2), title="kept")
+    check_equal(spark, session_database, corpus.pairs, {schema.schema_id})
+    with connect(session_database, autocommit=True) as conn:
+        (ingest_seq,) = conn.execute(
+            "SELECT ingest_seq FROM p2panda.entries WHERE seq_num = 4 AND author = %s",
+            (corpus.author(1).key_pair.public_key,),
+        ).fetchone()
+        assert verified_reverts(conn) == {schema.schema_id: {4: ingest_seq}}
+        kinds = conn.execute("SELECT kind FROM p2panda.message_index ORDER BY kind").fetchall()
+        assert kinds == [
+            ("schema-meta",),
+            ("schema-migration",),
+            ("schema-migration",),
+            ("schema-revert",),
+        ]
