@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from datetime import datetime
 from decimal import Decimal
 
 import psycopg
 from psycopg import sql
 
-from p2panda_assets.engine.corpus import Corpus
+from p2panda_assets.engine.corpus import Corpus, _check_all
 from p2panda_assets.engine.values import to_json
+from p2panda_assets.store.catalog import stored_catalog
+from p2panda_assets.store.pipeline_state import count_good_entries
 from p2panda_assets.store.registry import table_name_for
 
 
@@ -81,4 +84,21 @@ def pg_accounts(conn: psycopg.Connection) -> dict[str, tuple]:
     return {bytes(h).hex(): (s, st, r, m or "") for h, s, st, r, m in rows}
 
 
-__all__ = ["engine_accounts", "engine_tables", "pg_accounts", "pg_tables", "to_json"]
+def assert_stored_index_equals(
+    conn: psycopg.Connection, pairs: Iterable[tuple[bytes, bytes | None]], expected: Corpus
+) -> None:
+    """What the sensors and the plan read without Spark equals the engine's: the schema
+    logs folded from the entries verification found good, and how many of those there are."""
+    assert stored_catalog(conn).histories == expected.histories
+    good, _ = _check_all(pairs, Corpus())
+    assert count_good_entries(conn) == len(good)
+
+
+__all__ = [
+    "assert_stored_index_equals",
+    "engine_accounts",
+    "engine_tables",
+    "pg_accounts",
+    "pg_tables",
+    "to_json",
+]
