@@ -485,9 +485,9 @@ def _append_index(
         plan = _log_plan(summaries, catalog, order)
         if any(_decided(plan[key]) != old.decided for key, old in stored.items()):
             return None
-        run: str | None = None  # a registration alone adds no entry, and no layer
+        run: str | None = None  # no layer without a message to hold (see `_grew`)
         layers = state.layers
-        if new_entries:
+        if _grew(logs, stored):
             run = secrets.token_hex(6)
             items = chained.filter(F.col("row_type") == "item")
             _write_chained(spark, items, plan, warehouse.chained(run))
@@ -517,6 +517,19 @@ def _append_index(
         fingerprint,
         batch=state.batch,
     )
+
+
+def _grew(
+    logs: dict[LogKey, tuple[LogSummary, tuple[object, ...]]], stored: dict[LogKey, StoredLog]
+) -> bool:
+    """Whether the chain accepted a new entry: some log's tip moved. A registration
+    alone brings none, and so do new entries the chain rules all reject or hold: a
+    layer of no message would have no file, and reading the layers would fail."""
+    for key, (_, (tip_seq, _, _)) in logs.items():
+        before = stored.get(key)
+        if int(cast(Decimal, tip_seq)) > (before.tip_seq or 0 if before else 0):
+            return True
+    return False
 
 
 def _tips(

@@ -130,6 +130,32 @@ def test_new_messages_are_added_without_a_whole_build(spark, session_database):
         assert pg_accounts(conn) == engine_accounts(expected)
 
 
+def chained_run(conn) -> str:
+    return conn.execute("SELECT chained_run FROM p2panda.pipeline_state").fetchone()[0]
+
+
+def test_new_entries_the_chain_accepts_none_of_add_no_layer(spark, session_database):
+    """Two entries at seq 1 of a new log (a fork): verified, then held by the chain
+    rules. The index step appends, and an empty layer would have no file to read."""
+    corpus = CorpusBuilder()
+    schema = corpus.author(1).schema(1)
+    schema.migrate(create_field("title", "varchar", default="none"))
+    early = list(corpus.pairs)
+    for title in ("a", "b"):  # each writer starts the same log of the same author afresh
+        instances(corpus.author(2), 1).create(schema.ref(), title=title)
+    with empty_store(session_database) as conn:
+        ingest(conn, early)
+        register(conn, *parse_schema_id(schema.schema_id), None)
+        run_pipeline(spark, conn, session_database)
+        first_run = chained_run(conn)
+        ingest(conn, corpus.pairs[len(early) :])
+        run_pipeline(spark, conn, session_database)
+        expected = reduce_corpus(corpus.pairs, {schema.schema_id})
+        assert (chained_run(conn), appended_layers(conn)) == (first_run, [])  # appended
+        assert pg_tables(conn, [schema.schema_id]) == engine_tables(expected)
+        assert pg_accounts(conn) == engine_accounts(expected)
+
+
 def profiles_and_mails() -> tuple[CorpusBuilder, SchemaAuthor, SchemaAuthor]:
     """Profiles, and mails whose `to` cascades from the profile it names."""
     corpus = CorpusBuilder()
