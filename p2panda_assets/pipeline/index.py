@@ -77,21 +77,29 @@ from p2panda_assets.store.catalog import load_catalog, registered_schemas
 from p2panda_assets.store.catalog import stored_catalog as stored_catalog  # re-exported
 
 ACCOUNT_SPARK = "hash binary, schema_id string, state string, reason string, message string"
-# One row per accepted entry (`item`), per log (`log`: its summary) and per entry the
-# chain rules rejected or hold pending (`account`).
+# What chaining reads of each verified entry: the entry (its links) and what verification
+# indexed of its message. Not the payload: the accepted entries' payloads go from the
+# verified batches to the chained layer directly (`_accepted`), never through the chain
+# step's shuffle and its Python workers.
+CHAIN_INPUT = (
+    "author",
+    "log_id",
+    "seq",
+    "hash",
+    "entry",
+    "kind",
+    "schema_id",
+    "schema_version",
+    "schema_hash",
+)
+# One row per log (`log`: its summary and where it now stands; `held`: how many of its
+# entries the chain rules rejected or hold) and per entry rejected or held (`account`).
 CHAIN_ARROW = arrow_schema(
     [
         ("row_type", pa.string()),
         ("author", pa.binary()),
         ("log_id", pa.decimal128(20, 0)),
-        ("seq", pa.decimal128(20, 0)),
         ("hash", pa.binary()),
-        ("batch", pa.int64()),  # the verification batch of the entry
-        ("payload", pa.binary()),
-        ("kind", pa.string()),
-        ("schema_version", pa.decimal128(20, 0)),
-        ("instance", pa.binary()),
-        ("error", pa.string()),
         ("is_schema", pa.bool_()),
         ("ref_schema_id", pa.string()),
         ("ref_version", pa.decimal128(20, 0)),
@@ -99,6 +107,7 @@ CHAIN_ARROW = arrow_schema(
         ("tip_seq", pa.decimal128(20, 0)),
         ("tip_ended", pa.bool_()),
         ("clean", pa.bool_()),
+        ("held", pa.int64()),
         ("state", pa.string()),
         ("reason", pa.string()),
         ("message", pa.string()),
@@ -164,10 +173,11 @@ def account_rows(accounts: Accounts) -> list[dict[str, object]]:
 
 def _chain_group(rows: list[Row]) -> list[Row]:
     """One log through the engine's chain rules (`chain_entries`, from its tip if the
-    rows carry one): its accepted items, its summary and where it now stands, and the
-    accounts of the entries the rules reject or hold. The messages are not decoded
-    again: verification indexed each one (kind and schema; no kind: it does not decode),
-    which is all the summary needs."""
+    rows carry one): its summary and where it now stands, and the accounts of the
+    entries the rules reject or hold. Every other entry of the group is accepted
+    (`validate_log` gives each entry one verdict): `_accepted` takes them from the
+    verified batches. The messages are not decoded again: verification indexed each one
+    (kind and schema; no kind: it does not decode), which is all the summary needs."""
     # Column types from the verified frame: binary -> bytes, decimal(20,0) -> Decimal.
     author, log_id = cast(bytes, rows[0]["author"]), int(cast(Decimal, rows[0]["log_id"]))
     tip = tip_of(rows[0])
@@ -190,26 +200,9 @@ def _chain_group(rows: list[Row]) -> list[Row]:
             "tip_seq": Decimal(log.accepted[-1].seq_num if log.accepted else tip.seq if tip else 0),
             "tip_ended": log.ended,
             "clean": not log.accounts,
+            "held": len(log.accounts),
         }
     ]
-    for row in accepted:
-        out.append(
-            {
-                "row_type": "item",
-                **key,
-                "seq": row["seq"],
-                "hash": row["hash"],
-                "batch": row["batch"],
-                "payload": row["payload"],
-                "kind": row["kind"],
-                "schema_version": row["schema_version"],
-                "instance": row["instance"],
-                "error": None if row["kind"] is not None else decode_error(row["payload"]),
-                # What this group's entries say of the log: the whole log's summary when
-                # every log is chained again (`_logs_and_schema_logs` reads it then).
-                "is_schema": summary.is_schema,
-            }
-        )
     out += [{"row_type": "account", **key, **row} for row in account_rows(log.accounts)]
     return out
 
@@ -360,20 +353,19 @@ def _run_index(
         _keep_chained(spark, warehouse, {*appended.layers, *state.layers})
         return replace(appended, verified=verified)
     verified_ok = spark.read.parquet(warehouse.entries).filter(F.col("verdict") == "ok")
-    # On disk, not in the JVM's heap: it holds every payload, and is read four times.
-    chained = map_groups(
-        verified_ok, ("author", "log_id"), ("seq",), _chain_group, CHAIN_ARROW
-    ).persist(StorageLevel.DISK_ONLY)
+    # On disk, not in the JVM's heap: a row per log and per entry held, read three times.
+    chained = _chain(verified_ok).persist(StorageLevel.DISK_ONLY)
     try:
-        logs, schema_logs = _logs_and_schema_logs(chained)
+        logs, held = _chained_logs(chained)
         summaries = {key: summary for key, (summary, _) in logs.items()}
-        catalog = Catalog.build(schema_logs, registered_schemas(conn))
+        schema_keys = [key for key, summary in summaries.items() if summary.is_schema]
+        catalog = load_catalog(conn, schema_keys, registered_schemas(conn))
         order = catalog.order()
         plan = _log_plan(summaries, catalog, order)
         run = secrets.token_hex(6)
-        items = chained.filter(F.col("row_type") == "item")
-        _write_chained(spark, items, plan, warehouse.chained(run))
-        accounts = _index_accounts(spark, chained, catalog, plan)
+        accepted = _accepted(verified_ok, chained, held)
+        _write_chained(spark, accepted, plan, warehouse.chained(run))
+        accounts = _index_accounts(spark, chained, accepted, catalog, plan)
         rows = _log_rows(logs, plan)
         _commit(
             conn,
@@ -470,11 +462,11 @@ def _append_index(
     if tips is None:
         return None
     tipped = new.join(F.broadcast(_tips_frame(spark, tips)), ["author", "log_id"], "left")
-    chained = map_groups(tipped, ("author", "log_id"), ("seq",), _chain_group, CHAIN_ARROW)
-    chained = chained.persist(StorageLevel.DISK_ONLY)
+    chained = _chain(tipped, TIP_COLUMNS).persist(StorageLevel.DISK_ONLY)
     try:
+        chained_logs, held = _chained_logs(chained)
         logs: dict[LogKey, tuple[LogSummary, tuple[object, ...]]] = {}
-        for key, summary, tip in map(log_of, chained.filter(F.col("row_type") == "log").collect()):
+        for key, (summary, tip) in chained_logs.items():
             before = stored.get(key)
             logs[key] = (summary if before is None else before.summary, tip)
         summaries = {key: old.summary for key, old in stored.items()}
@@ -487,12 +479,12 @@ def _append_index(
             return None
         run: str | None = None  # no layer without a message to hold (see `_grew`)
         layers = state.layers
+        accepted = _accepted(new, chained, held)
         if _grew(logs, stored):
             run = secrets.token_hex(6)
-            items = chained.filter(F.col("row_type") == "item")
-            _write_chained(spark, items, plan, warehouse.chained(run))
+            _write_chained(spark, accepted, plan, warehouse.chained(run))
             layers = (*layers, run)
-        accounts = _index_accounts(spark, chained, catalog, plan)
+        accounts = _index_accounts(spark, chained, accepted, catalog, plan)
         rows = _log_rows(logs, plan)
         _commit(
             conn,
@@ -609,23 +601,56 @@ def _keep_chained(spark: SparkSession, warehouse: Warehouse, keep: set[str]) -> 
             remove(spark, f"{base}/{name}")
 
 
-def _logs_and_schema_logs(
+# The columns `_tips_frame` joins to a continued log's new entries.
+TIP_COLUMNS = ("tip_seq", "tip_ended", "tip_hashes")
+
+
+def _chain(verified: DataFrame, extra: tuple[str, ...] = ()) -> DataFrame:
+    """Every log of these verified entries through the chain rules (`_chain_group`)."""
+    narrow = verified.select(*CHAIN_INPUT, *extra)
+    return map_groups(narrow, ("author", "log_id"), ("seq",), _chain_group, CHAIN_ARROW)
+
+
+def _chained_logs(
     chained: DataFrame,
-) -> tuple[dict[LogKey, tuple[LogSummary, tuple[object, ...]]], list[ChainedLog]]:
-    """Every log's summary and tip, and the schema logs' items as `ChainedLog`s, to the
-    driver in one Spark job (schema logs are small; a job costs ~0.15 s on a small store,
-    bench/latency.py)."""
-    wanted = (F.col("row_type") == "log") | ((F.col("row_type") == "item") & F.col("is_schema"))
+) -> tuple[dict[LogKey, tuple[LogSummary, tuple[object, ...]]], int]:
+    """Every chained log's summary and where it stands (tip seq, ended, clean), and how
+    many entries the chain rules rejected or hold in all."""
     logs: dict[LogKey, tuple[LogSummary, tuple[object, ...]]] = {}
-    items: dict[LogKey, list[Row]] = {}
-    for row in chained.filter(wanted).collect():
-        if row["row_type"] == "log":
-            key, summary, tip = log_of(row)
-            logs[key] = (summary, tip)
-        else:
-            key = (bytes(row["author"]), int(row["log_id"]))
-            items.setdefault(key, []).append(row.asDict())
-    return logs, [items_log(items[key]) for key in sorted(items)]
+    held = 0
+    for row in chained.filter(F.col("row_type") == "log").collect():
+        key, summary, tip = log_of(row)
+        logs[key] = (summary, tip)
+        held += int(row["held"])
+    return logs, held
+
+
+# Up to this many rejected or held entries, `_accepted` broadcasts their hashes (~40
+# bytes each in the join); above, both sides are shuffled.
+BROADCAST_HELD = 200_000
+
+
+def _accepted(verified: DataFrame, chained: DataFrame, held: int) -> DataFrame:
+    """The entries of `verified` that the chain rules accepted, payloads included: all
+    but those `chained` accounts for (rejected or held). A store whose logs are sound
+    has none of those: its verified batches are read as they are."""
+    if held == 0:
+        return verified
+    hashes = chained.filter(F.col("row_type") == "account").select("hash")
+    return verified.join(
+        F.broadcast(hashes) if held <= BROADCAST_HELD else hashes, "hash", "left_anti"
+    )
+
+
+def with_decode_errors(messages: DataFrame) -> DataFrame:
+    """`error`: the reason code of each payload verification could not index as a
+    message (no kind), NULL for the others. Only those few payloads go to Python."""
+    indexed = messages.filter(F.col("kind").isNotNull())
+    undecodable = messages.filter(F.col("kind").isNull())
+    reason = F.udf(lambda payload: decode_error(payload), "string")
+    return indexed.withColumn("error", F.lit(None).cast("string")).unionByName(
+        undecodable.withColumn("error", reason("payload"))
+    )
 
 
 # (schema the log's messages go with, or NO_SCHEMA; its assignment; why its entries wait:
@@ -680,15 +705,16 @@ def _plan_frame(spark: SparkSession, plan: LogPlan) -> DataFrame:
     )
 
 
-def _write_chained(spark: SparkSession, items: DataFrame, plan: LogPlan, path: str) -> None:
+def _write_chained(spark: SparkSession, accepted: DataFrame, plan: LogPlan, path: str) -> None:
     """Every accepted entry, decoded, by the schema of its log (`schema=` partitions)."""
-    planned = items.join(F.broadcast(_plan_frame(spark, plan)), ["author", "log_id"])
-    decoded = planned.select(*DECODED_COLUMNS, "schema")
+    planned = accepted.join(F.broadcast(_plan_frame(spark, plan)), ["author", "log_id"])
+    decoded = with_decode_errors(planned.withColumn("batch", F.col("batch").cast("long")))
+    decoded = decoded.select(*DECODED_COLUMNS, "schema")
     decoded.repartition("schema").write.mode("overwrite").partitionBy("schema").parquet(path)
 
 
 def _index_accounts(
-    spark: SparkSession, chained: DataFrame, catalog: Catalog, plan: LogPlan
+    spark: SparkSession, chained: DataFrame, accepted: DataFrame, catalog: Catalog, plan: LogPlan
 ) -> DataFrame:
     """The accounts the index decides: chain rules, schema log entries, and the logs no
     schema build will reduce (their schema cannot be determined, is not built, or the
@@ -721,9 +747,7 @@ def _index_accounts(
             "author binary, log_id decimal(20,0), plan string, plan_schema string, "
             "why_reason string, why_message string",
         )
-        items = chained.filter(F.col("row_type") == "item").select(
-            "author", "log_id", "seq", "hash", "payload"
-        )
+        items = accepted.select("author", "log_id", "seq", "hash", "payload")
         planned = items.join(F.broadcast(wanted), ["author", "log_id"])
         accounts = map_groups(
             planned, ("author", "log_id"), ("seq",), _pending_group, ACCOUNT_ARROW
