@@ -4,8 +4,11 @@ instance logs assigned to schemas, and everything no schema build decides accoun
 
 The chained messages of every log are written to the columnar store, by the schema
 their log is assigned to: the reduction of any set of schemas reads its partitions from
-there, and the decoded-messages check inspects them. Only small things reach the driver:
-one summary per log, and the schema logs.
+there, and the decoded-messages check inspects them. Chaining itself never carries a
+payload: it reads the entries and their message index, and the accepted entries go from
+the verified batches to the chained layer directly (`_accepted`). Only small things
+reach the driver: one summary per log; the schema logs are folded from the store
+(`store.catalog.load_catalog`).
 
 Most runs *append* (`_append_index`): only the new batches are read, each log they touch
 is continued from its tip (`protocol.log.LogTip`), and the new messages are written as a
