@@ -21,6 +21,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from typing import Generic
 
 from p2panda_assets.engine.cascade import apply_cascades
 from p2panda_assets.engine.instances import (
@@ -37,7 +38,7 @@ from p2panda_assets.errors import P2pandaError, Pending, Reason, Rejection
 from p2panda_assets.protocol.entry import Entry, decode_entry, verify_entry
 from p2panda_assets.protocol.hashing import DEFAULT_ALGORITHM
 from p2panda_assets.protocol.ids import format_schema_id
-from p2panda_assets.protocol.log import LogTip, validate_log
+from p2panda_assets.protocol.log import E, LogTip, validate_log
 from p2panda_assets.protocol.messages import (
     SCHEMA_MESSAGE_TYPES,
     Create,
@@ -190,15 +191,15 @@ def chain_log(
 
 
 @dataclass(frozen=True, slots=True)
-class ChainedEntries:
+class ChainedEntries(Generic[E]):
     """One log's entries after the chain rules, before any message is decoded."""
 
-    accepted: list[Entry]  # in seq order
+    accepted: list[E]  # in seq order
     accounts: Accounts  # the entries rejected or held pending
     ended: bool  # the last accepted entry ends the log
 
 
-def chain_entries(entries: Iterable[Entry], tip: LogTip | None = None) -> ChainedEntries:
+def chain_entries(entries: Iterable[E], tip: LogTip | None = None) -> ChainedEntries[E]:
     """The chain rules (`protocol.log.validate_log`) as accounts: what `chain_log` does
     before it decodes the accepted messages."""
     verdict = validate_log(entries, tip)

@@ -55,7 +55,7 @@ from p2panda_assets.failpoints import Failpoint, failpoint
 from p2panda_assets.pipeline.copy import ACCOUNT_COLUMNS, Target, copy_frame
 from p2panda_assets.pipeline.groups import Row, arrow_schema, map_groups
 from p2panda_assets.pipeline.spark import shuffles_sized_for
-from p2panda_assets.pipeline.verify import current_warehouse, verify_new_entries
+from p2panda_assets.pipeline.verify import current_warehouse, read_verified, verify_new_entries
 from p2panda_assets.pipeline.warehouse import (
     NO_SCHEMA,
     Warehouse,
@@ -66,7 +66,7 @@ from p2panda_assets.pipeline.warehouse import (
 )
 from p2panda_assets.protocol.entry import decode_entry
 from p2panda_assets.protocol.ids import parse_schema_id
-from p2panda_assets.protocol.log import LogTip, anchors_for
+from p2panda_assets.protocol.log import EntryLinks, LogTip, anchors_for
 from p2panda_assets.protocol.messages import (
     Message,
     SchemaHashRef,
@@ -80,15 +80,19 @@ from p2panda_assets.store.catalog import load_catalog, registered_schemas
 from p2panda_assets.store.catalog import stored_catalog as stored_catalog  # re-exported
 
 ACCOUNT_SPARK = "hash binary, schema_id string, state string, reason string, message string"
-# What chaining reads of each verified entry: the entry (its links) and what verification
-# indexed of its message. Not the payload: the accepted entries' payloads go from the
-# verified batches to the chained layer directly (`_accepted`), never through the chain
-# step's shuffle and its Python workers.
+# What chaining reads of each verified entry: its links and what verification indexed of
+# its message (`entry`: only in batches verified before the links were kept). Not the
+# payload: the accepted entries' payloads go from the verified batches to the chained
+# layer directly (`_accepted`), never through the chain step's shuffle and its Python
+# workers.
 CHAIN_INPUT = (
     "author",
     "log_id",
     "seq",
     "hash",
+    "backlink",
+    "lipmaa_link",
+    "end_of_log",
     "entry",
     "kind",
     "schema_id",
@@ -184,7 +188,7 @@ def _chain_group(rows: list[Row]) -> list[Row]:
     # Column types from the verified frame: binary -> bytes, decimal(20,0) -> Decimal.
     author, log_id = cast(bytes, rows[0]["author"]), int(cast(Decimal, rows[0]["log_id"]))
     tip = tip_of(rows[0])
-    log = chain_entries((decode_entry(cast(bytes, row["entry"])) for row in rows), tip)
+    log = chain_entries(map(links_of, rows), tip)
     by_hash = {row["hash"]: row for row in rows}
     accepted = [by_hash[entry.hash] for entry in log.accepted]
     key = {"author": author, "log_id": Decimal(log_id)}
@@ -208,6 +212,20 @@ def _chain_group(rows: list[Row]) -> list[Row]:
     ]
     out += [{"row_type": "account", **key, **row} for row in account_rows(log.accounts)]
     return out
+
+
+def links_of(row: Row) -> EntryLinks:
+    """A verified entry's links, as verification kept them (or, in a batch verified
+    before it kept them, decoded from the entry's bytes)."""
+    if row["end_of_log"] is None:
+        return EntryLinks.of(decode_entry(cast(bytes, row["entry"])))
+    return EntryLinks(
+        int(cast(Decimal, row["seq"])),
+        cast(bytes, row["hash"]),
+        cast(bytes | None, row["backlink"]),
+        cast(bytes | None, row["lipmaa_link"]),
+        bool(row["end_of_log"]),
+    )
 
 
 def indexed_ref(row: Row) -> VersionedSchema | None:
@@ -355,7 +373,7 @@ def _run_index(
     if appended is not None:
         _keep_chained(spark, warehouse, {*appended.layers, *state.layers})
         return replace(appended, verified=verified)
-    verified_ok = spark.read.parquet(warehouse.entries).filter(F.col("verdict") == "ok")
+    verified_ok = read_verified(spark, warehouse).filter(F.col("verdict") == "ok")
     # On disk, not in the JVM's heap: a row per log and per entry held, read three times.
     chained = _chain(verified_ok).persist(StorageLevel.DISK_ONLY)
     try:
@@ -451,7 +469,7 @@ def _append_index(
         return None
     if good < append_min_entries():
         return None
-    new = spark.read.parquet(warehouse.entries).filter(
+    new = read_verified(spark, warehouse).filter(
         (F.col("batch") > since) & (F.col("verdict") == "ok")
     )
     seqs: dict[LogKey, list[int]] = {}

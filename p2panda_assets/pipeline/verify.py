@@ -21,7 +21,7 @@ from typing import cast
 
 import psycopg
 import pyarrow as pa
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from p2panda_assets.engine.corpus import SCHEMA_KINDS, check_record
@@ -41,7 +41,9 @@ VERIFIED_ARROW = arrow_schema(
         ("author", pa.binary()),
         ("log_id", pa.decimal128(20, 0)),
         ("seq", pa.decimal128(20, 0)),
-        ("entry", pa.binary()),  # good entries only, from here on
+        ("backlink", pa.binary()),  # good entries only, from here on
+        ("lipmaa_link", pa.binary()),
+        ("end_of_log", pa.bool_()),
         ("payload", pa.binary()),
         ("kind", pa.string()),  # the message index: NULL where the payload does not decode
         ("schema_id", pa.string()),
@@ -54,9 +56,15 @@ VERIFIED_ARROW = arrow_schema(
 GOOD_COLUMNS = VERIFIED_ARROW.names[4:]
 VERIFIED_SPARK = (
     "ingest_seq long, hash binary, verdict string, verdict_message string, author binary, "
-    "log_id decimal(20,0), seq decimal(20,0), entry binary, payload binary, kind string, "
-    "schema_id string, schema_version decimal(20,0), schema_hash binary, instance binary"
+    "log_id decimal(20,0), seq decimal(20,0), backlink binary, lipmaa_link binary, "
+    "end_of_log boolean, payload binary, kind string, schema_id string, "
+    "schema_version decimal(20,0), schema_hash binary, instance binary"
 )
+# The verified batches as every later step reads them. Batches verified by earlier
+# releases kept each good entry's bytes (`entry`) instead of its links: they read NULL
+# links here, and chaining decodes those entries' links from their bytes. Batches
+# written since read NULL `entry`: the links are at most 68 bytes of the entry's ~170.
+VERIFIED_READ = VERIFIED_SPARK + ", entry binary, batch int"
 INDEX_COLUMNS = (
     ("hash", "bytea"),
     ("kind", "text"),
@@ -70,8 +78,8 @@ INDEX_COLUMNS = (
 def verify_rows(rows: Iterable[Sequence[object]]) -> pa.RecordBatch:
     """Stored entries (columns `store.pipeline_state.NEW_ENTRY_COLUMNS`) as one batch of
     the columnar store: entries rejected at ingest keep their verdict, the others are
-    verified here by the engine's `check_record`, and the message of each good one is
-    indexed."""
+    verified here by the engine's `check_record`; of each good one, the links the chain
+    rules read are kept and its message is indexed."""
     out: dict[str, list[object]] = {name: [] for name in VERIFIED_ARROW.names}
     blank: tuple[object, ...] = (None,) * len(GOOD_COLUMNS)
     for ingest_seq, stored_hash, raw, payload, verdict, verdict_message in rows:
@@ -90,7 +98,9 @@ def verify_rows(rows: Iterable[Sequence[object]]) -> pa.RecordBatch:
                     entry.author,
                     Decimal(entry.log_id),
                     Decimal(entry.seq_num),
-                    raw,
+                    entry.backlink,
+                    entry.lipmaa_link,
+                    entry.end_of_log,
                     payload,
                     *message_index(cast(bytes, payload)),
                 )
@@ -99,6 +109,11 @@ def verify_rows(rows: Iterable[Sequence[object]]) -> pa.RecordBatch:
         for name, value in zip(GOOD_COLUMNS, good, strict=True):
             out[name].append(value)
     return pa.RecordBatch.from_pydict(out, schema=VERIFIED_ARROW)
+
+
+def read_verified(spark: SparkSession, warehouse: Warehouse) -> DataFrame:
+    """Every verified batch of the columnar store (`VERIFIED_READ`)."""
+    return spark.read.schema(VERIFIED_READ).parquet(warehouse.entries)
 
 
 def current_warehouse(spark: SparkSession, conn: psycopg.Connection) -> Warehouse:

@@ -25,18 +25,60 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
 
 from p2panda_assets.errors import Reason, Rejection
 from p2panda_assets.protocol.entry import Entry
-from p2panda_assets.protocol.hashing import HashAlgorithm, hash_algorithm
+from p2panda_assets.protocol.hashing import BY_HEADER, HashAlgorithm, hash_algorithm
 from p2panda_assets.protocol.lipmaa import has_lipmaa_link, lipmaa
 
 
+class Linked(Protocol):
+    """What the chain rules read of an entry: an `Entry`, or its `EntryLinks`."""
+
+    @property
+    def seq_num(self) -> int: ...
+    @property
+    def hash(self) -> bytes: ...
+    @property
+    def backlink(self) -> bytes | None: ...
+    @property
+    def lipmaa_link(self) -> bytes | None: ...
+    @property
+    def end_of_log(self) -> bool: ...
+    @property
+    def algorithm(self) -> HashAlgorithm: ...
+
+
+@dataclass(frozen=True, slots=True)
+class EntryLinks:
+    """The part of a verified entry the chain rules read, as the columnar store keeps it
+    (`pipeline.verify`): chaining needs neither the entry's bytes nor a second decode."""
+
+    seq_num: int
+    hash: bytes
+    backlink: bytes | None
+    lipmaa_link: bytes | None
+    end_of_log: bool
+
+    @property
+    def algorithm(self) -> HashAlgorithm:
+        """The entry's hash is in its log's algorithm (`entry.decode_entry`)."""
+        return BY_HEADER[self.hash[:2]]
+
+    @classmethod
+    def of(cls, entry: Entry) -> EntryLinks:
+        return cls(entry.seq_num, entry.hash, entry.backlink, entry.lipmaa_link, entry.end_of_log)
+
+
+E = TypeVar("E", bound=Linked)
+
+
 @dataclass(slots=True)
-class LogVerdict:
+class LogVerdict(Generic[E]):
     """What the chain rules make of one log's entries (keyed by entry hash)."""
 
-    accepted: list[Entry] = field(default_factory=list)  # in seq order, contiguous from 1
+    accepted: list[E] = field(default_factory=list)  # in seq order, contiguous from 1
     rejected: dict[bytes, Rejection] = field(default_factory=dict)
     pending: dict[bytes, int] = field(default_factory=dict)  # entry hash -> seq it awaits
 
@@ -73,16 +115,16 @@ def anchors_for(tip_seq: int, seqs: Iterable[int]) -> set[int]:
     return wanted
 
 
-def validate_log(entries: Iterable[Entry], tip: LogTip | None = None) -> LogVerdict:
+def validate_log(entries: Iterable[E], tip: LogTip | None = None) -> LogVerdict[E]:
     """Apply the chain rules to all received entries of one log, or to the entries that
     arrived after `tip` (then the verdict lists only those)."""
     tip = tip or LogTip()
-    by_seq: dict[int, dict[bytes, Entry]] = defaultdict(dict)
+    by_seq: dict[int, dict[bytes, E]] = defaultdict(dict)
     for entry in entries:
         if not tip.precedes(entry.seq_num):
             raise ValueError(f"entry at seq {entry.seq_num} is not after the tip {tip.seq}")
         by_seq[entry.seq_num][entry.hash] = entry
-    verdict = LogVerdict()
+    verdict: LogVerdict[E] = LogVerdict()
     hashes = dict(tip.hashes)  # seq -> hash of the accepted entry
     algorithm = tip.algorithm
     seq = tip.seq + 1
@@ -90,7 +132,7 @@ def validate_log(entries: Iterable[Entry], tip: LogTip | None = None) -> LogVerd
         _reject_from(by_seq, seq, verdict, Reason.AFTER_END_OF_LOG, f"log ended at {tip.seq}")
         return verdict
     while seq in by_seq:
-        candidates: list[tuple[bytes, Entry]] = []
+        candidates: list[tuple[bytes, E]] = []
         for entry_hash, entry in by_seq[seq].items():
             if algorithm is not None and entry.algorithm is not algorithm:
                 verdict.rejected[entry_hash] = Rejection(
@@ -123,7 +165,7 @@ def validate_log(entries: Iterable[Entry], tip: LogTip | None = None) -> LogVerd
     return verdict
 
 
-def _link_rejection(entry: Entry, hashes: dict[int, bytes]) -> Rejection | None:
+def _link_rejection(entry: Linked, hashes: dict[int, bytes]) -> Rejection | None:
     seq = entry.seq_num
     if seq > 1 and entry.backlink != hashes[seq - 1]:
         return Rejection(Reason.BACKLINK_MISMATCH, f"backlink is not the hash of seq {seq - 1}")
@@ -135,7 +177,7 @@ def _link_rejection(entry: Entry, hashes: dict[int, bytes]) -> Rejection | None:
 
 
 def _reject_from(
-    by_seq: dict[int, dict[bytes, Entry]],
+    by_seq: dict[int, dict[bytes, E]],
     first_seq: int,
     verdict: LogVerdict,
     reason: Reason,

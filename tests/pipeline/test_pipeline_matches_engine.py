@@ -5,7 +5,11 @@ PostgreSQL and every entry's account equal `reduce_corpus`, value for value."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import psycopg
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -111,6 +115,52 @@ def test_a_lost_columnar_store_is_verified_again_and_counted_once(spark, session
         assert sorted(stored_catalog(conn).histories[schema.schema_id].versions) == [1]
         expected = reduce_corpus(corpus.pairs, {schema.schema_id})
         assert pg_accounts(conn) == engine_accounts(expected)
+
+
+def as_verified_before_links_were_kept(conn, directory: Path) -> None:
+    """Rewrite every verified batch under `directory` as earlier releases wrote them:
+    each good entry's bytes (`entry`), no links."""
+    stored = dict(conn.execute("SELECT hash, entry FROM p2panda.entries").fetchall())
+    for path in directory.glob("batch=*/*.parquet"):
+        table = pq.read_table(path)
+        good = [v == "ok" for v in table.column("verdict").to_pylist()]
+        entries = [
+            bytes(stored[h]) if ok else None
+            for h, ok in zip(table.column("hash").to_pylist(), good, strict=True)
+        ]
+        table = table.drop_columns(["backlink", "lipmaa_link", "end_of_log"])
+        pq.write_table(table.append_column("entry", pa.array(entries, pa.binary())), path)
+        path.with_name(f".{path.name}.crc").unlink()  # Hadoop's checksum of the old bytes
+
+
+def test_batches_verified_before_the_links_were_kept_chain_the_same(spark, session_database):
+    """Verification keeps each entry's links (backlink, lipmaa link, end of log) for the
+    chain rules; a store verified by an earlier release kept the entry's bytes instead.
+    Chaining both kinds of batch together gives the engine's tables and accounts."""
+    corpus = CorpusBuilder()
+    schema = corpus.author(1).schema(7, "linked")
+    schema.migrate(create_field("title", "text"))
+    log = instances(corpus.author(2), 1)
+    first = log.create(schema.ref(), title="0")
+    for n in range(1, 9):  # seqs 2-9: backlinks, and lipmaa links from seq 5 on
+        log.update(schema.ref(), first, title=str(n))
+    early = len(corpus.pairs)
+    for title in ("a", "b"):  # a fork at seq 1 of a second log
+        instances(corpus.author(3), 1).create(schema.ref(), title=title)
+    log.update(schema.ref(), first, title="later")
+    with empty_store(session_database) as conn:
+        ingest(conn, corpus.pairs[:early])
+        register(conn, *parse_schema_id(schema.schema_id), None)
+        run_pipeline(spark, conn, session_database)
+        directory = Path(current_warehouse(spark, conn).entries.removeprefix("file:"))
+        as_verified_before_links_were_kept(conn, directory)
+        assert "entry" in pq.read_schema(next(directory.glob("batch=1/*.parquet"))).names
+        ingest(conn, corpus.pairs[early:])
+        run_pipeline(spark, conn, session_database)
+        expected = reduce_corpus(corpus.pairs, {schema.schema_id})
+        assert pg_tables(conn, [schema.schema_id]) == engine_tables(expected)
+        assert pg_accounts(conn) == engine_accounts(expected)
+        assert expected.tables[schema.schema_id].rows  # the long log's instance is a row
 
 
 @pytest.mark.parametrize("in_spark", [False, True], ids=["verified in the driver", "in Spark"])

@@ -11,7 +11,7 @@ from p2panda_assets.errors import Reason
 from p2panda_assets.protocol.entry import Entry, decode_entry, sign_entry
 from p2panda_assets.protocol.hashing import HashAlgorithm
 from p2panda_assets.protocol.keys import KeyPair
-from p2panda_assets.protocol.log import LogTip, anchors_for, validate_log
+from p2panda_assets.protocol.log import EntryLinks, LogTip, anchors_for, validate_log
 from p2panda_assets.protocol.log_writer import LogWriter
 
 KEY = KeyPair.from_private_key(bytes(range(1, 33)))
@@ -114,6 +114,11 @@ def test_a_log_keeps_the_hash_algorithm_of_its_first_entry() -> None:
     )
     verdict = validate_log([first, second])
     assert verdict.rejected[second.hash].reason is Reason.HASH_ALGORITHM_MISMATCH
+    links = validate_log([EntryLinks.of(first), EntryLinks.of(second)])
+    assert links.rejected == verdict.rejected
+    assert [e.algorithm for e in (first, second)] == [
+        EntryLinks.of(e).algorithm for e in (first, second)
+    ]
 
 
 @st.composite
@@ -144,6 +149,16 @@ def test_the_verdict_does_not_depend_on_arrival_order(entries: list[Entry], rnd)
     accounted = {e.hash for e in first.accepted} | set(first.rejected) | set(first.pending)
     assert accounted == {e.hash for e in entries}
     assert len(first.accepted) + len(first.rejected) + len(first.pending) == len(accounted)
+
+
+@given(log_with_extras())
+def test_an_entrys_links_alone_get_the_entrys_verdict(entries: list[Entry]) -> None:
+    """The pipeline chains the links verification kept (`EntryLinks`), not the entries."""
+    whole = validate_log(entries)
+    links = validate_log([EntryLinks.of(e) for e in entries])
+    assert links.accepted == [EntryLinks.of(e) for e in whole.accepted]
+    assert links.rejected == whole.rejected
+    assert links.pending == whole.pending
 
 
 @given(log_with_extras(), st.integers(0, 20))
