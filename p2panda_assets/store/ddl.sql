@@ -20,7 +20,6 @@ CREATE TABLE IF NOT EXISTS p2panda.entries (
     verdict_message text
 );
 CREATE INDEX IF NOT EXISTS entries_log ON p2panda.entries (author, log_id, seq_num);
-CREATE INDEX IF NOT EXISTS entries_unverified ON p2panda.entries (ingest_seq) WHERE verdict IS NULL;
 
 -- What verification learned about each good entry whose message is a schema message
 -- (meta, migration, revert): the sensors find reverts here without decoding payloads.
@@ -169,6 +168,10 @@ UPDATE p2panda.pipeline_state s SET good_entries =
 WHERE good_entries IS NULL;
 ALTER TABLE p2panda.pipeline_state ALTER COLUMN good_entries SET DEFAULT 0;
 ALTER TABLE p2panda.pipeline_state ALTER COLUMN good_entries SET NOT NULL;
+-- Verification reads the new entries by their `ingest_seq` range and writes no verdict
+-- back: the index of the entries without a verdict that earlier releases kept was only a
+-- cost to each ingest (a million entries: 15.2-15.5 s without it, 16.0-18.0 s with it).
+DROP INDEX IF EXISTS p2panda.entries_unverified;
 -- Only the schema messages are indexed in PostgreSQL (see message_index above).
 DELETE FROM p2panda.message_index
 WHERE kind IS NULL OR kind NOT IN ('schema-meta', 'schema-migration', 'schema-revert');

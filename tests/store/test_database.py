@@ -148,3 +148,19 @@ def test_an_upgrade_counts_the_good_entries_once_and_keeps_schema_messages_only(
     assert count_good_entries(conn) == 2
     kinds = conn.execute("SELECT kind FROM p2panda.message_index").fetchall()
     assert kinds == [("schema-meta",)]
+
+
+@pytest.mark.postgres
+def test_an_upgrade_drops_the_index_of_unverified_entries(conn) -> None:
+    """Earlier releases indexed the entries without a verdict; nothing reads that index
+    since verification stopped writing verdicts, and ingest paid for it."""
+    conn.execute(
+        "CREATE INDEX entries_unverified ON p2panda.entries (ingest_seq) WHERE verdict IS NULL"
+    )
+    conn.execute("COMMENT ON SCHEMA p2panda IS 'p2panda ddl an older release'")
+    ensure_schema(conn)
+    rows = conn.execute(
+        "SELECT indexname FROM pg_indexes WHERE schemaname = 'p2panda' AND tablename = 'entries'"
+    )
+    indexes = {name for (name,) in rows}
+    assert indexes == {"entries_pkey", "entries_ingest_seq_key", "entries_log"}
