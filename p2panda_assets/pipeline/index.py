@@ -113,7 +113,6 @@ CHAIN_ARROW = arrow_schema(
         ("ref_hash", pa.binary()),
         ("tip_seq", pa.decimal128(20, 0)),
         ("tip_ended", pa.bool_()),
-        ("clean", pa.bool_()),
         ("held", pa.int64()),
         ("state", pa.string()),
         ("reason", pa.string()),
@@ -206,7 +205,6 @@ def _chain_group(rows: list[Row]) -> list[Row]:
             "ref_hash": ref_hash,
             "tip_seq": Decimal(log.accepted[-1].seq_num if log.accepted else tip.seq if tip else 0),
             "tip_ended": log.ended,
-            "clean": not log.accounts,
             "held": len(log.accounts),
         }
     ]
@@ -608,9 +606,10 @@ def _tips_frame(spark: SparkSession, tips: dict[LogKey, LogTip]) -> DataFrame:
 
 
 def log_of(row: Any) -> tuple[LogKey, LogSummary, tuple[object, ...]]:
-    """A collected `log` row back as (log key, summary, (tip seq, ended, clean))."""
+    """A collected `log` row back as (log key, summary, (tip seq, ended, clean)): a log is
+    clean when the chain rules held none of its entries."""
     key, summary = summary_of(row.asDict())
-    return key, summary, (row["tip_seq"], row["tip_ended"], row["clean"])
+    return key, summary, (row["tip_seq"], row["tip_ended"], row["held"] == 0)
 
 
 def _keep_chained(spark: SparkSession, warehouse: Warehouse, keep: set[str]) -> None:
