@@ -135,6 +135,22 @@ def _before_rows(
     ]
 
 
+# The columns `reduce_rows` reads. Selected before the logs are grouped, so that the
+# shuffle that groups them, and the scan below it, carry nothing else.
+REDUCE_INPUT = (
+    "author",
+    "log_id",
+    "seq",
+    "hash",
+    "batch",
+    "payload",
+    "instance",
+    "schema",
+    "owner_author",
+    "owner_log",
+)
+
+
 def reduce_logs(
     items: DataFrame, broadcast: Broadcast[Catalog], *, incremental: bool = False
 ) -> DataFrame:
@@ -145,7 +161,10 @@ def reduce_logs(
         built = cast(int, rows[0]["built_batch"]) if incremental else None
         return reduce_rows(broadcast.value, rows, built)
 
-    return map_groups(items, ("author", "log_id"), ("seq",), reduce_group, REDUCED_ARROW)
+    columns = [*REDUCE_INPUT, "built_batch"] if incremental else list(REDUCE_INPUT)
+    return map_groups(
+        items.select(*columns), ("author", "log_id"), ("seq",), reduce_group, REDUCED_ARROW
+    )
 
 
 def with_owners(
