@@ -39,11 +39,12 @@ CANCEL_POLL_SECONDS = 1.0
 
 
 def warm_up() -> None:
-    """Import the definitions and start the Spark session before the first run needs them."""
+    """Import the definitions, start the Spark session and its Python workers before
+    the first run needs them."""
     import p2panda_assets.definitions  # noqa: F401 - the import is the point
-    from p2panda_assets.pipeline.spark import build_session, spark_config
+    from p2panda_assets.pipeline.spark import build_session, spark_config, warm_up
 
-    build_session(spark_config()).range(1).collect()
+    warm_up(build_session(spark_config()))
 
 
 @contextmanager
