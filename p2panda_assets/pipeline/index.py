@@ -667,6 +667,8 @@ def with_decode_errors(messages: DataFrame) -> DataFrame:
     message (no kind), NULL for the others. Only those few payloads go to Python."""
     indexed = messages.filter(F.col("kind").isNotNull())
     undecodable = messages.filter(F.col("kind").isNull())
+    # A lambda: given the annotated function, PySpark warns that it cannot infer a UDF
+    # type from its hints.
     reason = F.udf(lambda payload: decode_error(payload), "string")
     return indexed.withColumn("error", F.lit(None).cast("string")).unionByName(
         undecodable.withColumn("error", reason("payload"))

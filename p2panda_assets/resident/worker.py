@@ -42,9 +42,9 @@ def warm_up() -> None:
     """Import the definitions, start the Spark session and its Python workers before
     the first run needs them."""
     import p2panda_assets.definitions  # noqa: F401 - the import is the point
-    from p2panda_assets.pipeline.spark import build_session, spark_config, warm_up
+    from p2panda_assets.pipeline import spark
 
-    warm_up(build_session(spark_config()))
+    spark.warm_up(spark.build_session(spark.spark_config()))
 
 
 @contextmanager
