@@ -6,6 +6,15 @@ the project's workspace, a schema authored, ingested and registered; the daemon'
 must materialize it without any `panda materialize`. Then, N times: publish one new
 instance, ingest it, and time until its row is in the table.
 
+An entry arrives at any moment of the daemon's fixed sensor loop (`MIN_INTERVAL_LOOP_TIME`,
+5 s), and how long it waits for the next tick is most of the spread between samples. So
+sample i is ingested (i + 1/2)/N of a loop after a tick of the entries sensor: the N
+arrival phases are spread evenly over the loop, and the median is the latency of an entry
+that arrives at the median phase. Publishing each sample as soon as the last one's row is
+visible would not do that: the runs take about as long every time, so every sample would
+arrive at about the same phase (each 1-3 s after a tick, measured), which is the bench's
+rhythm, not the users'.
+
     .venv/bin/python bench/latency.py [--samples 3] [--baseline]
 
 `--baseline` measures the same scenario again with Dagster's DefaultRunLauncher (a new
@@ -145,16 +154,51 @@ class DaemonScenario:
                     raise TimeoutError(f"runs still unfinished after {timeout} s")
                 time.sleep(0.5)
 
-    def publish_and_wait(self, name: str, timeout: float) -> Sample:
-        """Publish one instance, ingest it, and time until its row is visible."""
+    def publish_and_wait(self, name: str, phase: float, timeout: float) -> Sample:
+        """Publish one instance, ingest it `phase` seconds after a tick of the entries
+        sensor, and time until its row is visible."""
         out = ("--out", str(self.story))
         instance_id = panda(
             "publish", "create", "--schema", "note", "--field", f"name={name}", *out
         )
+        tick = wait_for_phase(phase, timeout)
         wall, started = time.time(), time.perf_counter()
         panda("ingest", str(self.story))
         seconds = self.wait_for(instance_id, started, timeout)
-        return Sample(seconds, phases(wall, self.schema_id))
+        arrival = {"arrival_phase": round(wall - tick, 2)}
+        return Sample(seconds, arrival | phases(wall, self.schema_id))
+
+
+ENTRIES_SENSOR = "schema_entries_sensor"
+
+
+def last_entries_tick() -> float | None:
+    """When the entries sensor's last tick started (a Unix timestamp), if it ticked."""
+    import dagster as dg
+
+    with dg.DagsterInstance.get() as instance:
+        for state in instance.all_instigator_state():
+            if state.instigator_name == ENTRIES_SENSOR:
+                ticks = instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=1)
+                return ticks[0].timestamp if ticks else None
+    return None
+
+
+def wait_for_phase(phase: float, timeout: float) -> float:
+    """Wait for the entries sensor's next tick, then until `phase` seconds after it;
+    that tick's timestamp."""
+    started, last = time.perf_counter(), last_entries_tick()
+    while (tick := last_entries_tick()) == last or tick is None:
+        if time.perf_counter() - started > timeout:
+            raise TimeoutError(f"no tick of {ENTRIES_SENSOR} in {timeout} s")
+        time.sleep(0.05)
+    time.sleep(max(0.0, tick + phase - time.time()))
+    return tick
+
+
+def arrival_phases(samples: int, loop: float = MIN_INTERVAL_LOOP_TIME) -> list[float]:
+    """`samples` moments of the sensor loop, evenly spread: (i + 1/2)/N of it."""
+    return [round((i + 0.5) * loop / samples, 2) for i in range(samples)]
 
 
 @dataclass(frozen=True)
@@ -248,9 +292,9 @@ def measure(samples: int, baseline: bool) -> dict[str, object]:
         with dg.DagsterInstance.get() as instance:
             dequeue_interval = instance.run_coordinator.dequeue_interval_seconds
         measured = []
-        for i in range(samples):
+        for i, phase in enumerate(arrival_phases(samples)):
             run.wait_until_idle(timeout=600)
-            sample = run.publish_and_wait(f"probe {i}", timeout=600)
+            sample = run.publish_and_wait(f"probe {i}", phase, timeout=600)
             print(f"{label}: sample {i}: row visible in {sample.seconds:.1f} s {sample.phases}")
             measured.append(sample.seconds)
     ordered = sorted(measured)
@@ -258,6 +302,7 @@ def measure(samples: int, baseline: bool) -> dict[str, object]:
         "sensor_minimum_interval_s": MINIMUM_INTERVAL_SECONDS,
         "daemon_sensor_loop_s": MIN_INTERVAL_LOOP_TIME,
         "dequeue_interval_s": dequeue_interval,
+        "arrival_phases_s": arrival_phases(samples),
         "first_build_s": round(first_build, 1),
         "latency_s": [round(s, 1) for s in measured],
         "median_latency_s": round(ordered[len(ordered) // 2], 1),
