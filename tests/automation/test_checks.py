@@ -321,6 +321,35 @@ def test_table_check_fails_on_a_null_system_column_and_a_dead_version(store: Sto
     assert "_version: isin" in evaluation.description
 
 
+def test_table_check_fails_on_a_repeated_instance_and_a_seq_below_one(store: Store) -> None:
+    """Without its primary key the table takes a second row of an instance; uniqueness,
+    nullability and ranges are counted like every other check."""
+    table = table_name_for(store.mail)
+    with store.connect() as conn:
+        [key] = conn.execute(
+            "SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'p'",
+            (table,),
+        ).fetchone()
+    with tampered_table(
+        store,
+        f"ALTER TABLE {table} DROP CONSTRAINT {key}",
+        f'INSERT INTO {table} (_instance_id, _author, _version, _seq, _entry, subject, "to")'
+        f' SELECT _instance_id, _author, _version, 0, _entry, subject, "to" FROM {table}'
+        " WHERE subject = 'hello'",
+        undo=(
+            f"DELETE FROM {table} WHERE _seq = 0",
+            f"ALTER TABLE {table} ADD CONSTRAINT {key} PRIMARY KEY (_instance_id)",
+        ),
+    ):
+        evaluation = store.run_check(table_matches_the_current_lens, store.mail)
+    assert not evaluation.passed
+    assert evaluation.metadata["failing_rows"].value == {
+        "instance_id_unique": 1,
+        "_seq: greater_than_or_equal_to(1)": 1,
+    }
+    assert "instance_id_unique" in evaluation.description
+
+
 def _letter_author() -> str:
     return CorpusBuilder().author(13).key_pair.public_key.hex()
 

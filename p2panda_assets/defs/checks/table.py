@@ -9,6 +9,7 @@ import dagster as dg
 import pandas as pd
 import pandera.pyspark as pa
 from dagster_pyspark import PySparkResource
+from pandera.api.pyspark.types import PySparkDtypeInputTypes
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -143,8 +144,23 @@ def table_model(plan: MigrationPlan, tally: Tally) -> tuple[pa.DataFrameSchema, 
         "_author": _hex_column(
             tally, "_author", "author_is_hex", "authors are 32-byte keys in hex", HEX_AUTHOR
         ),
-        "_version": pa.Column(T.LongType(), checks=[pa.Check.isin(alive)]),
-        "_seq": pa.Column(T.DecimalType(20, 0), checks=[pa.Check.ge(1)]),
+        "_version": _system_column(
+            tally,
+            "_version",
+            T.LongType(),
+            tally.column(
+                "_version",
+                f"isin({alive})",
+                f"one of the versions alive: {alive}",
+                lambda c: ~c.isin(*alive),
+            ),
+        ),
+        "_seq": _system_column(
+            tally,
+            "_seq",
+            T.DecimalType(20, 0),
+            tally.column("_seq", "greater_than_or_equal_to(1)", ">= 1", lambda c: c < 1),
+        ),
         "_entry": _hex_column(
             tally,
             "_entry",
@@ -162,18 +178,25 @@ def table_model(plan: MigrationPlan, tally: Tally) -> tuple[pa.DataFrameSchema, 
             nullable=True,
             checks=_field_checks(column, spec, latest, tally),
         )
+    unique = tally.unique("instance_id_unique", "one row per instance", ["_instance_id"])
     model = pa.DataFrameSchema(
-        columns, unique=["_instance_id"], strict=True, name=f"table {plan.schema_id}"
+        columns, checks=[unique], strict=True, name=f"table {plan.schema_id}"
     )
     return model, names
 
 
 def _hex_column(tally: Tally, column: str, name: str, description: str, pattern: str) -> pa.Column:
     """A text column whose every value must match `pattern` (hex of a fixed size)."""
-    return pa.Column(
-        T.StringType(),
-        checks=[tally.column(column, name, description, lambda c: ~c.rlike(pattern))],
-    )
+    matches = tally.column(column, name, description, lambda c: ~c.rlike(pattern))
+    return _system_column(tally, column, T.StringType(), matches)
+
+
+def _system_column(
+    tally: Tally, column: str, dtype: PySparkDtypeInputTypes, *checks: pa.Check
+) -> pa.Column:
+    """A NOT NULL column. Its nulls are counted by `tally` with the other checks: pandera's
+    own nullability check is a Spark job per column, and every run ends with this check."""
+    return pa.Column(dtype, nullable=True, checks=[tally.not_null(column), *checks])
 
 
 def _history(plan: MigrationPlan) -> SchemaHistory:
@@ -276,6 +299,6 @@ def table_matches_the_current_lens(
 
 
 def _named(finding: str, names: Mapping[str, str]) -> str:
-    """`f0: check` as `<field name>: check`."""
-    column, _, check = finding.partition(": ")
-    return f"{names.get(column, column)}: {check}"
+    """`f0: check` as `<field name>: check`; a check of the whole frame as it is."""
+    column, found, check = finding.partition(": ")
+    return f"{names.get(column, column)}: {check}" if found else finding
