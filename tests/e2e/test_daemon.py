@@ -15,5 +15,5 @@ def test_the_daemon_materializes_a_registered_schema_and_then_new_entries() -> N
         run.author_schema()  # authored, ingested and registered; nothing materialized
         assert run.rows() == set()
         run.start_daemon()
-        run.publish_and_wait("second", timeout=600)  # raises if the row never shows
+        run.publish_and_wait("second", phase=0.0, timeout=600)  # raises if the row never shows
         assert len(run.rows()) == 2  # the first instance and the new one, built by the sensors
