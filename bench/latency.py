@@ -38,9 +38,10 @@ from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 
+from dagster import DagsterInstance
 from dagster._daemon.sensor import MIN_INTERVAL_LOOP_TIME
 
-from p2panda_assets.defs.sensors import MINIMUM_INTERVAL_SECONDS
+from p2panda_assets.defs.sensors import MINIMUM_INTERVAL_SECONDS, schema_entries_sensor
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -169,29 +170,24 @@ class DaemonScenario:
         return Sample(seconds, arrival | phases(wall, self.schema_id))
 
 
-ENTRIES_SENSOR = "schema_entries_sensor"
-
-
-def last_entries_tick() -> float | None:
+def last_entries_tick(instance: DagsterInstance) -> float | None:
     """When the entries sensor's last tick started (a Unix timestamp), if it ticked."""
-    import dagster as dg
-
-    with dg.DagsterInstance.get() as instance:
-        for state in instance.all_instigator_state():
-            if state.instigator_name == ENTRIES_SENSOR:
-                ticks = instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=1)
-                return ticks[0].timestamp if ticks else None
+    for state in instance.all_instigator_state():
+        if state.instigator_name == schema_entries_sensor.name:
+            ticks = instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=1)
+            return ticks[0].timestamp if ticks else None
     return None
 
 
 def wait_for_phase(phase: float, timeout: float) -> float:
     """Wait for the entries sensor's next tick, then until `phase` seconds after it;
     that tick's timestamp."""
-    started, last = time.perf_counter(), last_entries_tick()
-    while (tick := last_entries_tick()) == last or tick is None:
-        if time.perf_counter() - started > timeout:
-            raise TimeoutError(f"no tick of {ENTRIES_SENSOR} in {timeout} s")
-        time.sleep(0.05)
+    with DagsterInstance.get() as instance:
+        started, last = time.perf_counter(), last_entries_tick(instance)
+        while (tick := last_entries_tick(instance)) == last or tick is None:
+            if time.perf_counter() - started > timeout:
+                raise TimeoutError(f"no tick of {schema_entries_sensor.name} in {timeout} s")
+            time.sleep(0.05)
     time.sleep(max(0.0, tick + phase - time.time()))
     return tick
 
