@@ -31,7 +31,12 @@ from p2panda_assets.engine.compatibility import history_compatibility
 from p2panda_assets.engine.corpus import Catalog
 from p2panda_assets.engine.relations import BuildOrder
 from p2panda_assets.pipeline.columns import pg_type
-from p2panda_assets.pipeline.index import decoded_paths, last_index, read_layers, run_index
+from p2panda_assets.pipeline.index import (
+    decoded_paths,
+    last_index,
+    read_schema_layers,
+    run_index,
+)
 from p2panda_assets.pipeline.materialize import materialize_schemas
 from p2panda_assets.protocol.ids import checked_schema_id
 from p2panda_assets.statuses import BUILT, BuildStatus
@@ -88,7 +93,7 @@ class Decoded:
     paths: list[str]  # one directory per chained layer holding some; none: no messages
 
     def frame(self, spark: SparkSession) -> DataFrame | None:
-        return read_layers(spark, self.paths)
+        return read_schema_layers(spark, self.paths)
 
 
 def decoded_of(partition_key: str, pyspark: PySparkResource, postgres: PostgresResource) -> Decoded:

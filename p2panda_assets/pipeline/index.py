@@ -35,6 +35,7 @@ import pyarrow as pa
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from p2panda_assets.engine.corpus import (
     Accounts,
@@ -128,21 +129,30 @@ ACCOUNT_ARROW = arrow_schema(
         ("message", pa.string()),
     ]
 )
-# The chained messages as the columnar store keeps them (and the decoded check reads).
-DECODED_COLUMNS = (
-    "author",
-    "log_id",
-    "seq",
-    "hash",
-    "batch",
-    "is_schema_log",
-    "kind",
-    "schema_version",
-    "error",
-    "payload",
-    "instance",
-    "assignment",
+# The chained messages as the columnar store keeps them (and the decoded check reads),
+# besides their `schema=` partition. Layers are read with this schema: Spark then reads
+# no Parquet footer to learn it (a job per directory read, ~30 ms each).
+DECODED_SPARK = T.StructType(
+    [
+        T.StructField("author", T.BinaryType()),
+        T.StructField("log_id", T.DecimalType(20, 0)),
+        T.StructField("seq", T.DecimalType(20, 0)),
+        T.StructField("hash", T.BinaryType()),
+        T.StructField("batch", T.LongType()),
+        T.StructField("is_schema_log", T.BooleanType()),
+        T.StructField("kind", T.StringType()),
+        T.StructField("schema_version", T.DecimalType(20, 0)),
+        T.StructField("error", T.StringType()),
+        T.StructField("payload", T.BinaryType()),
+        T.StructField("instance", T.BinaryType()),
+        T.StructField("assignment", T.StringType()),
+    ]
 )
+DECODED_COLUMNS = tuple(DECODED_SPARK.fieldNames())
+# A chained file's schema, from its path (`<layer>/schema=<id>/part-...`). Schema ids
+# are hex digits, digits and dashes, which neither Spark's partition directories nor
+# file URIs escape.
+SCHEMA_OF_FILE = r"/schema=([^/]+)/[^/]+$"
 
 
 def ref_columns(ref: VersionedSchema | None) -> tuple[str | None, Decimal | None, bytes | None]:
@@ -296,16 +306,23 @@ class IndexResult:
         return read_layers(spark, [self.warehouse.chained(run) for run in self.layers])
 
 
-def read_layers(spark: SparkSession, paths: list[str]) -> DataFrame | None:
-    """The union of chained runs (None for none). Each is read alone: Spark will not
-    discover the `schema=` partitions of several roots in one read."""
-    frames = [spark.read.parquet(path) for path in paths]
-    if not frames:
+def read_layers(spark: SparkSession, layers: list[str]) -> DataFrame | None:
+    """Every message of the chained `layers` (their root directories) with its `schema`,
+    in one scan (None for none). Spark will not discover the `schema=` partitions under
+    several roots (their directory structures conflict), so each file's schema is read
+    from its path; a filter on it still prunes the files (a metadata column), as a
+    partition filter would. One scan, not a read and a union per layer: a read and count
+    of 12 layers of 20 schemas took 0.27 s against 0.78 s (bench/layers.py)."""
+    if not layers:
         return None
-    result = frames[0]
-    for frame in frames[1:]:
-        result = result.unionByName(frame)
-    return result
+    frame = spark.read.schema(DECODED_SPARK).option("recursiveFileLookup", "true").parquet(*layers)
+    return frame.withColumn("schema", F.regexp_extract("_metadata.file_path", SCHEMA_OF_FILE, 1))
+
+
+def read_schema_layers(spark: SparkSession, paths: list[str]) -> DataFrame | None:
+    """The messages in one schema's directories of some layers (`decoded_paths`), in
+    one scan (None for none)."""
+    return spark.read.schema(DECODED_SPARK).parquet(*paths) if paths else None
 
 
 def decoded_paths(spark: SparkSession, conn: psycopg.Connection, schema_id: str) -> list[str]:

@@ -178,6 +178,18 @@ def tampered_parquet(store: Store, schema_id: str, tamper) -> Iterator[None]:
         saved.rename(path)
 
 
+def test_the_decoded_parquet_is_written_as_it_is_read(store: Store) -> None:
+    """Layers are read with `DECODED_SPARK` imposed, not with the schema their files
+    hold: the index step must write exactly those columns and types."""
+    from p2panda_assets.pipeline.index import DECODED_SPARK
+    from p2panda_assets.pipeline.spark import build_session
+
+    written = build_session().read.parquet(str(local_decoded_path(store.url, store.mail)))
+    assert [(f.name, f.dataType) for f in written.schema.fields] == [
+        (f.name, f.dataType) for f in DECODED_SPARK.fields
+    ]
+
+
 def _replace(table: pa.Table, column: str, values: list) -> pa.Table:
     index = table.schema.get_field_index(column)
     return table.set_column(index, column, pa.array(values, table.schema.field(column).type))

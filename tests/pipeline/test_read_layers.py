@@ -1,0 +1,119 @@
+"""Chained layers read in one scan: the same rows, each with the schema of its directory,
+as reading each layer with Spark's partition discovery gives; a filter on the schema
+reads only that schema's files."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from p2panda_assets.pipeline.index import (
+    DECODED_COLUMNS,
+    DECODED_SPARK,
+    read_layers,
+    read_schema_layers,
+)
+from p2panda_assets.pipeline.warehouse import NO_SCHEMA
+
+pytestmark = [pytest.mark.spark]
+
+SCHEMAS = ("ab" * 33 + "-1", "cd" * 33 + "-12", NO_SCHEMA)
+# A layer as the index step writes it: the decoded columns and the `schema` partition.
+WRITTEN = T.StructType([*DECODED_SPARK.fields, T.StructField("schema", T.StringType())])
+
+
+def write_layer(spark: SparkSession, root: Path, layer: int) -> str:
+    """A layer as the index step writes one: every schema a partition, a row each per
+    (layer, schema, seq)."""
+    rows = [
+        (
+            bytes([layer, s]),
+            Decimal(s),
+            Decimal(seq),
+            bytes([layer, s, seq]),
+            layer,
+            s == 0,
+            "create",
+            Decimal(1),
+            None,
+            b"\xa0",
+            None,
+            "assigned",
+            schema,
+        )
+        for s, schema in enumerate(SCHEMAS)
+        for seq in (1, 2)
+    ]
+    frame = spark.createDataFrame(rows, WRITTEN)
+    path = str(root / f"run{layer}")
+    frame.repartition("schema").write.partitionBy("schema").parquet(path)
+    return path
+
+
+def rows_of(frame: DataFrame) -> list[tuple]:
+    return sorted(tuple(row) for row in frame.select(*DECODED_COLUMNS, "schema").collect())
+
+
+def files_scanned(frame: DataFrame) -> int:
+    """The files the executed plan's scan read (its `numFiles` metric)."""
+    plan = frame._jdf.queryExecution().executedPlan()
+    scans = []
+
+    def walk(node) -> None:
+        if node.nodeName().startswith("Scan"):
+            scans.append(int(node.metrics().apply("numFiles").value()))
+        children = node.children()
+        for i in range(children.size()):
+            walk(children.apply(i))
+
+    walk(plan)
+    (files,) = scans
+    return files
+
+
+def test_layers_read_in_one_scan_equal_each_layer_read_alone(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    layers = [write_layer(spark, tmp_path, layer) for layer in (1, 2, 3)]
+    discovered = [spark.read.parquet(path) for path in layers]
+    expected = discovered[0].unionByName(discovered[1]).unionByName(discovered[2])
+
+    read = read_layers(spark, layers)
+
+    assert read is not None
+    assert rows_of(read) == rows_of(expected)
+    assert {row["schema"] for row in read.select("schema").collect()} == set(SCHEMAS)
+
+
+def test_a_filter_on_the_schema_reads_only_its_files(spark: SparkSession, tmp_path: Path) -> None:
+    layers = [write_layer(spark, tmp_path, layer) for layer in (1, 2)]
+    read = read_layers(spark, layers)
+    assert read is not None
+
+    one = read.filter(F.col("schema").isin(SCHEMAS[1]))
+    rows = one.collect()
+
+    assert {row["schema"] for row in rows} == {SCHEMAS[1]}
+    assert len(rows) == 4  # two layers, two seqs
+    assert files_scanned(one) == 2  # of six: one file a schema and layer
+
+
+def test_one_schemas_directories_read_in_one_scan(spark: SparkSession, tmp_path: Path) -> None:
+    layers = [write_layer(spark, tmp_path, layer) for layer in (1, 2)]
+    paths = [f"{layer}/schema={SCHEMAS[0]}" for layer in layers]
+
+    read = read_schema_layers(spark, paths)
+
+    assert read is not None
+    assert read.columns == list(DECODED_COLUMNS)
+    expected = read_layers(spark, layers)
+    assert expected is not None
+    wanted = expected.filter(F.col("schema") == SCHEMAS[0]).drop("schema")
+    assert sorted(map(tuple, read.collect())) == sorted(map(tuple, wanted.collect()))
+    assert read_schema_layers(spark, []) is None
+    assert read_layers(spark, []) is None
