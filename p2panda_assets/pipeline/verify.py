@@ -116,6 +116,20 @@ def read_verified(spark: SparkSession, warehouse: Warehouse) -> DataFrame:
     return spark.read.schema(VERIFIED_READ).parquet(warehouse.entries)
 
 
+def read_new_verified(
+    spark: SparkSession, warehouse: Warehouse, since: int, through: int
+) -> DataFrame:
+    """The verified batches numbered in (since, through] (`VERIFIED_READ`): a batch is
+    numbered one above the last committed one. Only their directories are read: a read
+    of the entries' root lists every batch ever verified, one more for each run that
+    verified something (a read of the newest of 2,000 batches took 1.2 s against 0.06 s
+    for its directory alone; bench/store_reads.py)."""
+    paths = [warehouse.batch(number) for number in range(since + 1, through + 1)]
+    if not paths:
+        return spark.createDataFrame([], VERIFIED_READ)
+    return spark.read.schema(VERIFIED_READ).option("basePath", warehouse.entries).parquet(*paths)
+
+
 def current_warehouse(spark: SparkSession, conn: psycopg.Connection) -> Warehouse:
     """This database's columnar store; verification starts over if its files are gone."""
     state = state_sql.pipeline_state(conn)

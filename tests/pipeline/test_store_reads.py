@@ -1,12 +1,16 @@
-"""Chained layers read in one scan: the same rows, each with the schema of its directory,
-as reading each layer with Spark's partition discovery gives; a filter on the schema
-reads only that schema's files."""
+"""The columnar store's reads that every run makes. Chained layers read in one scan: the
+same rows, each with the schema of its directory, as reading each layer with Spark's
+partition discovery gives; a filter on the schema reads only that schema's files. New
+verified batches read from their directories alone: the rows the whole store filtered
+on the batch number gives."""
 
 from __future__ import annotations
 
 from decimal import Decimal
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -18,7 +22,14 @@ from p2panda_assets.pipeline.index import (
     read_layers,
     read_schema_layers,
 )
-from p2panda_assets.pipeline.warehouse import NO_SCHEMA
+from p2panda_assets.pipeline.verify import (
+    VERIFIED_ARROW,
+    VERIFIED_READ,
+    read_new_verified,
+    read_verified,
+    verify_rows,
+)
+from p2panda_assets.pipeline.warehouse import NO_SCHEMA, Warehouse
 
 pytestmark = [pytest.mark.spark]
 
@@ -117,3 +128,37 @@ def test_one_schemas_directories_read_in_one_scan(spark: SparkSession, tmp_path:
     assert sorted(map(tuple, read.collect())) == sorted(map(tuple, wanted.collect()))
     assert read_schema_layers(spark, []) is None
     assert read_layers(spark, []) is None
+
+
+def write_batch(warehouse: Warehouse, number: int) -> None:
+    """A verified batch of two entries rejected at ingest (no signature to make)."""
+    rows = [(2 * number + i, bytes([number, i]), b"", None, "bad_signature", "") for i in (0, 1)]
+    path = Path(warehouse.batch(number))
+    path.mkdir(parents=True)
+    pq.write_table(pa.Table.from_batches([verify_rows(rows)], VERIFIED_ARROW), path / "p.parquet")
+
+
+def test_new_batches_read_alone_equal_the_store_filtered(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    warehouse = Warehouse(str(tmp_path), "token")
+    for number in (1, 2, 3, 4, 5):
+        write_batch(warehouse, number)
+
+    new = read_new_verified(spark, warehouse, 2, 4)  # batch 5 is not committed yet
+
+    everything = read_verified(spark, warehouse)
+    wanted = everything.filter((F.col("batch") > 2) & (F.col("batch") <= 4))
+    assert new.columns == everything.columns
+    assert sorted(map(tuple, new.collect())) == sorted(map(tuple, wanted.collect()))
+    assert sorted(row["batch"] for row in new.collect()) == [3, 3, 4, 4]
+
+
+def test_no_new_batch_reads_no_row(spark: SparkSession, tmp_path: Path) -> None:
+    warehouse = Warehouse(str(tmp_path), "token")
+    write_batch(warehouse, 1)
+
+    new = read_new_verified(spark, warehouse, 1, 1)
+
+    assert new.collect() == []
+    assert new.schema == spark.createDataFrame([], VERIFIED_READ).schema

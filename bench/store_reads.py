@@ -1,0 +1,148 @@
+"""Two reads of the columnar store that every sensor run makes, each against the way
+it was read before, in the same session (median seconds to read and count).
+
+Chained layers: one scan of every layer with the known schema
+(`pipeline.index.read_layers`), against a read with Spark's partition discovery per
+layer and a union of them. A sensor's run appends a layer, and an index step keeps up
+to `MAX_LAYERS` of them before it chains everything into one again; every run reads
+them several times (the decoded asset and its check, the reduction, the tips of
+continued logs). Each layer is written as the index step writes it: 20 schemas, a few
+rows each, as a one-entry run leaves them.
+
+New verified batches: the newest batch's directory alone
+(`pipeline.verify.read_new_verified`), against the entries' root filtered on the batch
+number, which lists every batch ever verified. Each run that verifies something adds a
+batch: a store the sensors kept up to date for a day holds thousands.
+
+    .venv/bin/python bench/store_reads.py [--layers 1 6 12] [--batches 10 200 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from decimal import Decimal
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from p2panda_assets.pipeline.index import DECODED_SPARK, MAX_LAYERS, read_layers
+from p2panda_assets.pipeline.spark import build_session, warm_up
+from p2panda_assets.pipeline.verify import (
+    VERIFIED_ARROW,
+    read_new_verified,
+    read_verified,
+    verify_rows,
+)
+from p2panda_assets.pipeline.warehouse import Warehouse
+
+SCHEMAS = 20
+# A layer as the index step writes it: the decoded columns and the `schema` partition.
+WRITTEN = T.StructType([*DECODED_SPARK.fields, T.StructField("schema", T.StringType())])
+
+
+def write_layer(spark: SparkSession, path: str, layer: int) -> None:
+    rows = [
+        (bytes([s]), Decimal(s), Decimal(layer), bytes([layer, s]), layer, False, "create", *rest)
+        for s in range(SCHEMAS)
+        for rest in [(Decimal(1), None, b"\xa0", None, "assigned", f"{s:066x}-1")]
+    ]
+    frame = spark.createDataFrame(rows, WRITTEN)
+    frame.repartition("schema").write.partitionBy("schema").parquet(path)
+
+
+def read_each_and_union(spark: SparkSession, layers: list[str]) -> DataFrame:
+    """The read this bench compares against: each layer alone, then their union."""
+    frames = [spark.read.parquet(path) for path in layers]
+    result = frames[0]
+    for frame in frames[1:]:
+        result = result.unionByName(frame)
+    return result
+
+
+def write_batch(warehouse: Warehouse, number: int) -> None:
+    """A verified batch of one entry (rejected at ingest: no signature to make)."""
+    rows = [(number, number.to_bytes(8, "big"), b"", None, "bad_signature", "bench")]
+    path = Path(warehouse.batch(number))
+    path.mkdir(parents=True)
+    pq.write_table(pa.Table.from_batches([verify_rows(rows)], VERIFIED_ARROW), path / "p.parquet")
+
+
+def read_root_filtered(spark: SparkSession, warehouse: Warehouse, since: int) -> DataFrame:
+    """The read this bench compares against: every batch, filtered on the number."""
+    return read_verified(spark, warehouse).filter(F.col("batch") > since)
+
+
+def seconds(
+    repeats: int, read: Callable[..., DataFrame | None], *args: object
+) -> tuple[float, int]:
+    """The median time to read (`read(*args)`) and count, and the count."""
+    times, count = [], 0
+    for _ in range(repeats):
+        started = time.perf_counter()
+        frame = read(*args)
+        assert frame is not None
+        count = frame.count()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times), count
+
+
+def figure(label: str, n: int, new: tuple[float, int], old: tuple[float, int]) -> dict:
+    assert new[1] == old[1], (label, n, new, old)
+    line = {label: n, "new_s": round(new[0], 3), "old_s": round(old[0], 3)}
+    line["ratio"] = round(new[0] / old[0], 3)
+    print(json.dumps(line), flush=True)
+    return line
+
+
+def layer_reads(spark: SparkSession, root: str, counts: list[int], repeats: int) -> list[dict]:
+    paths = [f"{root}/run{layer}" for layer in range(max(counts))]
+    for layer, path in enumerate(paths):
+        write_layer(spark, path, layer)
+    lines = []
+    for n in counts:
+        layers = paths[:n]
+        new = seconds(repeats, read_layers, spark, layers)
+        old = seconds(repeats, read_each_and_union, spark, layers)
+        lines.append(figure("layers", n, new, old))
+    return lines
+
+
+def batch_reads(spark: SparkSession, root: str, counts: list[int], repeats: int) -> list[dict]:
+    warehouse = Warehouse(root, "bench")
+    written = 0
+    lines = []
+    for n in sorted(counts):
+        for number in range(written + 1, n + 1):
+            write_batch(warehouse, number)
+        written = n
+        new = seconds(repeats, read_new_verified, spark, warehouse, n - 1, n)
+        old = seconds(repeats, read_root_filtered, spark, warehouse, n - 1)
+        lines.append(figure("batches", n, new, old))
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--layers", type=int, nargs="+", default=[1, 6, MAX_LAYERS])
+    parser.add_argument("--batches", type=int, nargs="+", default=[10, 200, 2000])
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    spark = build_session()
+    warm_up(spark)
+    with tempfile.TemporaryDirectory(prefix="p2panda-reads-") as root:
+        layers = layer_reads(spark, f"{root}/chained", args.layers, args.repeats)
+        batches = batch_reads(spark, f"{root}/warehouse", args.batches, args.repeats)
+    print(json.dumps({"repeats": args.repeats, "layers": layers, "batches": batches}))
+
+
+if __name__ == "__main__":
+    main()
