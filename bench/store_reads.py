@@ -25,38 +25,17 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
-from decimal import Decimal
-from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
-from p2panda_assets.pipeline.index import DECODED_SPARK, MAX_LAYERS, read_layers
+from p2panda_assets.pipeline.index import MAX_LAYERS, read_layers
 from p2panda_assets.pipeline.spark import build_session, warm_up
-from p2panda_assets.pipeline.verify import (
-    VERIFIED_ARROW,
-    read_new_verified,
-    read_verified,
-    verify_rows,
-)
+from p2panda_assets.pipeline.verify import read_new_verified, read_verified
 from p2panda_assets.pipeline.warehouse import Warehouse
+from p2panda_assets.testing.warehouse import write_layer, write_rejected_batch
 
-SCHEMAS = 20
-# A layer as the index step writes it: the decoded columns and the `schema` partition.
-WRITTEN = T.StructType([*DECODED_SPARK.fields, T.StructField("schema", T.StringType())])
-
-
-def write_layer(spark: SparkSession, path: str, layer: int) -> None:
-    rows = [
-        (bytes([s]), Decimal(s), Decimal(layer), bytes([layer, s]), layer, False, "create", *rest)
-        for s in range(SCHEMAS)
-        for rest in [(Decimal(1), None, b"\xa0", None, "assigned", f"{s:066x}-1")]
-    ]
-    frame = spark.createDataFrame(rows, WRITTEN)
-    frame.repartition("schema").write.partitionBy("schema").parquet(path)
+SCHEMAS = [f"{s:066x}-1" for s in range(20)]
 
 
 def read_each_and_union(spark: SparkSession, layers: list[str]) -> DataFrame:
@@ -66,14 +45,6 @@ def read_each_and_union(spark: SparkSession, layers: list[str]) -> DataFrame:
     for frame in frames[1:]:
         result = result.unionByName(frame)
     return result
-
-
-def write_batch(warehouse: Warehouse, number: int) -> None:
-    """A verified batch of one entry (rejected at ingest: no signature to make)."""
-    rows = [(number, number.to_bytes(8, "big"), b"", None, "bad_signature", "bench")]
-    path = Path(warehouse.batch(number))
-    path.mkdir(parents=True)
-    pq.write_table(pa.Table.from_batches([verify_rows(rows)], VERIFIED_ARROW), path / "p.parquet")
 
 
 def read_root_filtered(spark: SparkSession, warehouse: Warehouse, since: int) -> DataFrame:
@@ -106,7 +77,7 @@ def figure(label: str, n: int, new: tuple[float, int], old: tuple[float, int]) -
 def layer_reads(spark: SparkSession, root: str, counts: list[int], repeats: int) -> list[dict]:
     paths = [f"{root}/run{layer}" for layer in range(max(counts))]
     for layer, path in enumerate(paths):
-        write_layer(spark, path, layer)
+        write_layer(spark, path, layer, SCHEMAS, (1,))
     lines = []
     for n in counts:
         layers = paths[:n]
@@ -122,7 +93,7 @@ def batch_reads(spark: SparkSession, root: str, counts: list[int], repeats: int)
     lines = []
     for n in sorted(counts):
         for number in range(written + 1, n + 1):
-            write_batch(warehouse, number)
+            write_rejected_batch(warehouse, number, 1)
         written = n
         new = seconds(repeats, read_new_verified, spark, warehouse, n - 1, n)
         old = seconds(repeats, read_root_filtered, spark, warehouse, n - 1)
@@ -141,7 +112,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="p2panda-reads-") as root:
         layers = layer_reads(spark, f"{root}/chained", args.layers, args.repeats)
         batches = batch_reads(spark, f"{root}/warehouse", args.batches, args.repeats)
-    print(json.dumps({"repeats": args.repeats, "layers": layers, "batches": batches}))
+    print(
+        json.dumps(
+            {"repeats": args.repeats, "schemas": len(SCHEMAS), "layers": layers, "batches": batches}
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -6,63 +6,25 @@ on the batch number gives."""
 
 from __future__ import annotations
 
-from decimal import Decimal
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
-from p2panda_assets.pipeline.index import (
-    DECODED_COLUMNS,
-    DECODED_SPARK,
-    read_layers,
-    read_schema_layers,
-)
-from p2panda_assets.pipeline.verify import (
-    VERIFIED_ARROW,
-    VERIFIED_READ,
-    read_new_verified,
-    read_verified,
-    verify_rows,
-)
+from p2panda_assets.pipeline.index import DECODED_COLUMNS, read_layers, read_schema_layers
+from p2panda_assets.pipeline.verify import VERIFIED_READ, read_new_verified, read_verified
 from p2panda_assets.pipeline.warehouse import NO_SCHEMA, Warehouse
+from p2panda_assets.testing.warehouse import write_layer, write_rejected_batch
 
 pytestmark = [pytest.mark.spark]
 
 SCHEMAS = ("ab" * 33 + "-1", "cd" * 33 + "-12", NO_SCHEMA)
-# A layer as the index step writes it: the decoded columns and the `schema` partition.
-WRITTEN = T.StructType([*DECODED_SPARK.fields, T.StructField("schema", T.StringType())])
 
 
-def write_layer(spark: SparkSession, root: Path, layer: int) -> str:
-    """A layer as the index step writes one: every schema a partition, a row each per
-    (layer, schema, seq)."""
-    rows = [
-        (
-            bytes([layer, s]),
-            Decimal(s),
-            Decimal(seq),
-            bytes([layer, s, seq]),
-            layer,
-            s == 0,
-            "create",
-            Decimal(1),
-            None,
-            b"\xa0",
-            None,
-            "assigned",
-            schema,
-        )
-        for s, schema in enumerate(SCHEMAS)
-        for seq in (1, 2)
-    ]
-    frame = spark.createDataFrame(rows, WRITTEN)
-    path = str(root / f"run{layer}")
-    frame.repartition("schema").write.partitionBy("schema").parquet(path)
+def layer(spark: SparkSession, root: Path, number: int) -> str:
+    path = str(root / f"run{number}")
+    write_layer(spark, path, number, SCHEMAS, (1, 2))
     return path
 
 
@@ -90,7 +52,7 @@ def files_scanned(frame: DataFrame) -> int:
 def test_layers_read_in_one_scan_equal_each_layer_read_alone(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    layers = [write_layer(spark, tmp_path, layer) for layer in (1, 2, 3)]
+    layers = [layer(spark, tmp_path, n) for n in (1, 2, 3)]
     discovered = [spark.read.parquet(path) for path in layers]
     expected = discovered[0].unionByName(discovered[1]).unionByName(discovered[2])
 
@@ -102,7 +64,7 @@ def test_layers_read_in_one_scan_equal_each_layer_read_alone(
 
 
 def test_a_filter_on_the_schema_reads_only_its_files(spark: SparkSession, tmp_path: Path) -> None:
-    layers = [write_layer(spark, tmp_path, layer) for layer in (1, 2)]
+    layers = [layer(spark, tmp_path, n) for n in (1, 2)]
     read = read_layers(spark, layers)
     assert read is not None
 
@@ -115,7 +77,7 @@ def test_a_filter_on_the_schema_reads_only_its_files(spark: SparkSession, tmp_pa
 
 
 def test_one_schemas_directories_read_in_one_scan(spark: SparkSession, tmp_path: Path) -> None:
-    layers = [write_layer(spark, tmp_path, layer) for layer in (1, 2)]
+    layers = [layer(spark, tmp_path, n) for n in (1, 2)]
     paths = [f"{layer}/schema={SCHEMAS[0]}" for layer in layers]
 
     read = read_schema_layers(spark, paths)
@@ -130,20 +92,12 @@ def test_one_schemas_directories_read_in_one_scan(spark: SparkSession, tmp_path:
     assert read_layers(spark, []) is None
 
 
-def write_batch(warehouse: Warehouse, number: int) -> None:
-    """A verified batch of two entries rejected at ingest (no signature to make)."""
-    rows = [(2 * number + i, bytes([number, i]), b"", None, "bad_signature", "") for i in (0, 1)]
-    path = Path(warehouse.batch(number))
-    path.mkdir(parents=True)
-    pq.write_table(pa.Table.from_batches([verify_rows(rows)], VERIFIED_ARROW), path / "p.parquet")
-
-
 def test_new_batches_read_alone_equal_the_store_filtered(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     warehouse = Warehouse(str(tmp_path), "token")
     for number in (1, 2, 3, 4, 5):
-        write_batch(warehouse, number)
+        write_rejected_batch(warehouse, number, 2)
 
     new = read_new_verified(spark, warehouse, 2, 4)  # batch 5 is not committed yet
 
@@ -156,7 +110,7 @@ def test_new_batches_read_alone_equal_the_store_filtered(
 
 def test_no_new_batch_reads_no_row(spark: SparkSession, tmp_path: Path) -> None:
     warehouse = Warehouse(str(tmp_path), "token")
-    write_batch(warehouse, 1)
+    write_rejected_batch(warehouse, 1, 2)
 
     new = read_new_verified(spark, warehouse, 1, 1)
 
