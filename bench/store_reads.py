@@ -1,9 +1,9 @@
 """Two reads of the columnar store that every sensor run makes, each against the way
 it was read before, in the same session (median seconds to read and count).
 
-Chained layers: one scan of every layer with the known schema
-(`pipeline.index.read_layers`), against a read with Spark's partition discovery per
-layer and a union of them. A sensor's run appends a layer, and an index step keeps up
+Chained layers: the first layer with its known schema, the later ones in one more scan
+(`pipeline.index.read_layers`), against a read with Spark's partition discovery and
+schema inference per layer and a union of them. A sensor's run appends a layer, and an index step keeps up
 to `MAX_LAYERS` of them before it chains everything into one again; every run reads
 them several times (the decoded asset and its check, the reduction, the tips of
 continued logs). Each layer is written as the index step writes it: 20 schemas, a few

@@ -154,6 +154,8 @@ DECODED_SPARK = T.StructType(
     ]
 )
 DECODED_COLUMNS = tuple(DECODED_SPARK.fieldNames())
+# A chained layer as Spark reads it with partition discovery: the `schema=` partition too.
+LAYER_SPARK = T.StructType([*DECODED_SPARK.fields, T.StructField("schema", T.StringType())])
 # A chained file's schema, from its path (`<layer>/schema=<id>/part-...`). Schema ids
 # are hex digits, digits and dashes, which neither Spark's partition directories nor
 # file URIs escape.
@@ -312,16 +314,25 @@ class IndexResult:
 
 
 def read_layers(spark: SparkSession, layers: list[str]) -> DataFrame | None:
-    """Every message of the chained `layers` (their root directories) with its `schema`,
-    in one scan (None for none). Spark will not discover the `schema=` partitions under
-    several roots (their directory structures conflict), so each file's schema is read
-    from its path; a filter on it still prunes the files (a metadata column), as a
-    partition filter would. One scan, not a read and a union per layer: a read and count
-    of 12 layers of 20 schemas took 0.23 s against 0.80 s (bench/store_reads.py)."""
+    """Every message of the chained `layers` (their root directories) with its `schema`
+    (None for none), in two scans at most, neither of which reads a Parquet footer to
+    learn the columns (`LAYER_SPARK` is imposed).
+
+    The first layer, which holds most of a large store's messages, is read with Spark's
+    partition discovery: its `schema` costs nothing per row. Spark will not discover the
+    `schema=` partitions under several roots (their directory structures conflict), so
+    the later layers, one run's new messages each, are read in one scan that takes each
+    file's schema from its path, a string function per row. A filter on the schema prunes
+    the files of both scans. On a store of 1M messages the per-row path cost ~0.5 s a
+    read, and a scan per layer ~20 ms a layer (bench/store_reads.py)."""
     if not layers:
         return None
-    frame = spark.read.schema(DECODED_SPARK).option("recursiveFileLookup", "true").parquet(*layers)
-    return frame.withColumn("schema", F.regexp_extract("_metadata.file_path", SCHEMA_OF_FILE, 1))
+    first = spark.read.schema(LAYER_SPARK).parquet(layers[0])
+    if len(layers) == 1:
+        return first
+    later = spark.read.schema(DECODED_SPARK).option("recursiveFileLookup", "true")
+    schema = F.regexp_extract("_metadata.file_path", SCHEMA_OF_FILE, 1)
+    return first.unionByName(later.parquet(*layers[1:]).withColumn("schema", schema))
 
 
 def read_schema_layers(spark: SparkSession, paths: list[str]) -> DataFrame | None:

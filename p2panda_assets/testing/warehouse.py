@@ -10,14 +10,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
-from pyspark.sql import types as T
 
-from p2panda_assets.pipeline.index import DECODED_SPARK
+from p2panda_assets.pipeline.index import LAYER_SPARK
 from p2panda_assets.pipeline.verify import VERIFIED_ARROW, verify_rows
 from p2panda_assets.pipeline.warehouse import Warehouse
-
-# A layer as the index step writes it: the decoded columns and the `schema` partition.
-LAYER_SPARK = T.StructType([*DECODED_SPARK.fields, T.StructField("schema", T.StringType())])
 
 
 def write_layer(
