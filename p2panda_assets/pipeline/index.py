@@ -57,6 +57,7 @@ from p2panda_assets.pipeline.copy import ACCOUNT_COLUMNS, Target, copy_frame
 from p2panda_assets.pipeline.groups import Row, arrow_schema, map_groups
 from p2panda_assets.pipeline.spark import shuffles_sized_for
 from p2panda_assets.pipeline.verify import (
+    compact_verified,
     current_warehouse,
     read_new_verified,
     read_verified,
@@ -404,7 +405,8 @@ def _run_index(
     if appended is not None:
         _keep_chained(spark, warehouse, {*appended.layers, *state.layers})
         return replace(appended, verified=verified)
-    verified_ok = read_verified(spark, warehouse).filter(F.col("verdict") == "ok")
+    state = compact_verified(spark, conn, warehouse)
+    verified_ok = read_verified(spark, warehouse, state).filter(F.col("verdict") == "ok")
     # On disk, not in the JVM's heap: a row per log and per entry held, read three times.
     chained = _chain(verified_ok).persist(StorageLevel.DISK_ONLY)
     try:
@@ -497,6 +499,8 @@ def _append_index(
     the module's docstring), or cheaper. `good`: the verified entries of the store."""
     since = state_sql.indexed_batch(conn)
     if since is None or not state.layers or len(state.layers) >= MAX_LAYERS:
+        return None
+    if since < state.compacted_through:  # the new batches' own directories are gone
         return None
     if good < append_min_entries():
         return None

@@ -111,9 +111,16 @@ def verify_rows(rows: Iterable[Sequence[object]]) -> pa.RecordBatch:
     return pa.RecordBatch.from_pydict(out, schema=VERIFIED_ARROW)
 
 
-def read_verified(spark: SparkSession, warehouse: Warehouse) -> DataFrame:
-    """Every verified batch of the columnar store (`VERIFIED_READ`)."""
-    return spark.read.schema(VERIFIED_READ).parquet(warehouse.entries)
+def read_verified(
+    spark: SparkSession, warehouse: Warehouse, state: state_sql.PipelineState
+) -> DataFrame:
+    """Every verified batch of the columnar store (`VERIFIED_READ`): those compacted
+    (`compact_verified`) from their one directory, the later ones from theirs."""
+    later = read_new_verified(spark, warehouse, state.compacted_through, state.batch)
+    if state.compacted_run is None:
+        return later
+    compacted = spark.read.schema(VERIFIED_READ).parquet(warehouse.compacted(state.compacted_run))
+    return compacted.unionByName(later)
 
 
 def read_new_verified(
@@ -134,10 +141,64 @@ def current_warehouse(spark: SparkSession, conn: psycopg.Connection) -> Warehous
     """This database's columnar store; verification starts over if its files are gone."""
     state = state_sql.pipeline_state(conn)
     warehouse = Warehouse(warehouse_root(), state.warehouse_token)
-    if state.batch > 0 and not exists(spark, warehouse.batch(state.batch)):
+    if not all(exists(spark, path) for path in _newest_paths(warehouse, state)):
         state = state_sql.restart_verification(conn)
         warehouse = Warehouse(warehouse_root(), state.warehouse_token)
     return warehouse
+
+
+def _newest_paths(warehouse: Warehouse, state: state_sql.PipelineState) -> list[str]:
+    """The directories that must be there if the store's files are: the newest batch's
+    (or the compacted one that holds it), and the compacted one."""
+    paths = [] if state.compacted_run is None else [warehouse.compacted(state.compacted_run)]
+    if state.batch > state.compacted_through:
+        paths.append(warehouse.batch(state.batch))
+    return paths
+
+
+def write_compacted(
+    spark: SparkSession, warehouse: Warehouse, state: state_sql.PipelineState
+) -> str:
+    """Every verified batch `state` names, written as one new compacted directory (a
+    file per core); its run name."""
+    run = secrets.token_hex(6)
+    verified = read_verified(spark, warehouse, state)
+    verified.coalesce(spark.sparkContext.defaultParallelism).write.parquet(warehouse.compacted(run))
+    return run
+
+
+# A store with more verified batches than this outside the compacted directory has them
+# compacted by the next index step that reads every verified entry. Each directory costs
+# such a read ~2 ms to list (bench/store_reads.py: 2,000 batches 3.7 s), and a sensor's
+# run that verifies something adds one.
+COMPACT_BATCHES = 64
+
+
+def compact_verified(
+    spark: SparkSession, conn: psycopg.Connection, warehouse: Warehouse
+) -> state_sql.PipelineState:
+    """Rewrite the verified batches as one directory, each row with its batch number,
+    once more than `COMPACT_BATCHES` are outside it; the state to read them by. The
+    caller holds `PIPELINE_LOCK` (no other step reads or writes the batches).
+
+    The new directory is written under a name of its own and only then committed; the
+    directories it replaces are removed after the commit, and what a run that died
+    between the two left is removed by the next compaction."""
+    state = state_sql.pipeline_state(conn)
+    if state.batch - state.compacted_through <= COMPACT_BATCHES:
+        return state
+    for name in children(spark, warehouse.compacted_root):
+        if name != state.compacted_run:  # left by a run that died before its commit
+            remove(spark, warehouse.compacted(name))
+    run = write_compacted(spark, warehouse, state)
+    state_sql.commit_compaction(conn, run, state.batch)
+    for name in children(spark, warehouse.entries):
+        number = name.removeprefix("batch=")
+        if number.isdigit() and int(number) <= state.batch:
+            remove(spark, f"{warehouse.entries}/{name}")
+    if state.compacted_run is not None:
+        remove(spark, warehouse.compacted(state.compacted_run))
+    return state_sql.pipeline_state(conn)
 
 
 SMALL_BATCH = 2_000  # up to this many new entries are verified in the driver

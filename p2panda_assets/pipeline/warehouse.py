@@ -9,6 +9,8 @@ other's files:
 
     <root>/<token>/entries/batch=<n>/   every entry once: verdict, and for good ones the
                                         raw entry, payload and message index (append-only)
+    <root>/<token>/compacted/<run>/     the batches up to one of them, rewritten as one
+                                        (`pipeline.verify.compact_verified`)
     <root>/<token>/chained/<run>/schema=<id>/  the accepted entries of each log, decoded,
                                         by the schema its log is assigned to (per run)
 """
@@ -50,6 +52,13 @@ class Warehouse:
 
     def batch(self, number: int) -> str:
         return f"{self.entries}/batch={number}"
+
+    @property
+    def compacted_root(self) -> str:
+        return f"{self.base}/compacted"
+
+    def compacted(self, run: str) -> str:
+        return f"{self.compacted_root}/{run}"
 
     @property
     def chained_root(self) -> str:

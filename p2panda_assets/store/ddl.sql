@@ -158,6 +158,12 @@ ALTER TABLE p2panda.logs ADD COLUMN IF NOT EXISTS why_message text;
 ALTER TABLE p2panda.pipeline_state ADD COLUMN IF NOT EXISTS chained_deltas text[] NOT NULL
     DEFAULT '{}';
 ALTER TABLE p2panda.index_state ADD COLUMN IF NOT EXISTS batch integer;
+-- The verified batches up to `compacted_through`, rewritten as one directory of the
+-- columnar store (`compacted_run`, each entry's batch a column of it): a read of every
+-- verified entry lists it and the later batches, not one directory per batch ever verified.
+ALTER TABLE p2panda.pipeline_state ADD COLUMN IF NOT EXISTS compacted_run text;
+ALTER TABLE p2panda.pipeline_state ADD COLUMN IF NOT EXISTS compacted_through integer NOT NULL
+    DEFAULT 0;
 -- How many verified entries are good (the pipeline sizes its shuffles by it), kept by
 -- each verification: counting them is a scan of the entry store (0.25 s at 1M entries).
 -- A store verified before the column existed counts once here.

@@ -42,6 +42,8 @@ class PipelineState:
     batch: int  # the last batch appended to the columnar store
     chained_run: str | None  # the chained messages the reduction reads, written whole
     chained_deltas: tuple[str, ...] = ()  # ... and the layers appended on top of it since
+    compacted_run: str | None = None  # the batches up to `compacted_through`, as one
+    compacted_through: int = 0
 
     @property
     def layers(self) -> tuple[str, ...]:
@@ -57,11 +59,13 @@ def pipeline_state(conn: psycopg.Connection) -> PipelineState:
         (secrets.token_hex(8),),
     )
     row = conn.execute(
-        "SELECT warehouse_token, verified_through, batch, chained_run, chained_deltas"
-        " FROM p2panda.pipeline_state WHERE id = 1"
+        "SELECT warehouse_token, verified_through, batch, chained_run, chained_deltas,"
+        " compacted_run, compacted_through FROM p2panda.pipeline_state WHERE id = 1"
     ).fetchone()
     assert row is not None
-    return PipelineState(row[0], int(row[1]), int(row[2]), row[3], tuple(row[4]))
+    return PipelineState(
+        row[0], int(row[1]), int(row[2]), row[3], tuple(row[4]), row[5], int(row[6])
+    )
 
 
 def restart_verification(conn: psycopg.Connection) -> PipelineState:
@@ -73,8 +77,8 @@ def restart_verification(conn: psycopg.Connection) -> PipelineState:
         conn.execute("DELETE FROM p2panda.index_state")
         conn.execute(
             "UPDATE p2panda.pipeline_state SET warehouse_token = %s, verified_through = 0,"
-            " batch = 0, good_entries = 0, chained_run = NULL, chained_deltas = '{}'"
-            " WHERE id = 1",
+            " batch = 0, good_entries = 0, chained_run = NULL, chained_deltas = '{}',"
+            " compacted_run = NULL, compacted_through = 0 WHERE id = 1",
             (secrets.token_hex(8),),
         )
     return pipeline_state(conn)
@@ -189,6 +193,14 @@ def commit_verification(
             (verified_through, batch, verified),
         )
         drop_tables(conn, [index, accounts])
+
+
+def commit_compaction(conn: psycopg.Connection, run: str, through: int) -> None:
+    """From now on the verified batches up to `through` are read from `run`."""
+    conn.execute(
+        "UPDATE p2panda.pipeline_state SET compacted_run = %s, compacted_through = %s WHERE id = 1",
+        (run, through),
+    )
 
 
 UPSERT_ACCOUNTS = """

@@ -11,11 +11,12 @@ from hypothesis import strategies as st
 from psycopg import sql
 
 from p2panda_assets.engine.corpus import Corpus, reduce_corpus
-from p2panda_assets.pipeline import increments, index
+from p2panda_assets.pipeline import increments, index, verify
 from p2panda_assets.pipeline.index import APPEND_MIN_ENV
 from p2panda_assets.pipeline.run import run_pipeline
 from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store.ingest import ingest
+from p2panda_assets.store.pipeline_state import pipeline_state
 from p2panda_assets.store.registry import register, table_name_for
 from p2panda_assets.store.tables import registry_outcome
 from p2panda_assets.testing.builder import (
@@ -86,9 +87,13 @@ def test_two_runs_equal_the_engine_on_the_whole_corpus(spark, session_database, 
     # The entries the chain rules reject or hold are taken out of the accepted ones by a
     # broadcast join when few, a shuffled one when many: both plans.
     held = data.draw(st.sampled_from([0, index.BROADCAST_HELD]), label="broadcast held up to")
+    # Each index step that chains everything compacts the verified batches first, or
+    # (the default, on these small stores) never.
+    compact = data.draw(st.sampled_from([0, verify.COMPACT_BATCHES]), label="compact above")
     with empty_store(session_database) as conn, pytest.MonkeyPatch.context() as patch:
         patch.setattr(increments, "LITERAL_KEYS", literal_keys)
         patch.setattr(index, "BROADCAST_HELD", held)
+        patch.setattr(verify, "COMPACT_BATCHES", compact)
         ingest(conn, [p for p, early in zip(pairs, first, strict=True) if early])
         for schema_id in sorted(registered):
             register(conn, *parse_schema_id(schema_id), None)
@@ -362,3 +367,35 @@ def test_an_increment_postgresql_refuses_fails_only_its_schema(spark, session_da
             "SELECT status FROM p2panda.schemas WHERE schema_id = %s", (notes.schema_id,)
         ).fetchone()[0]
         assert status == "failed"
+
+
+def test_runs_over_compacted_batches_equal_the_engine(spark, session_database, monkeypatch):
+    """Verified batches compacted by the index steps that chain everything, and appended
+    to by the ones between: after every run, the tables and accounts of the store so far."""
+    monkeypatch.setattr(verify, "COMPACT_BATCHES", 1)
+    monkeypatch.setattr(index, "MAX_LAYERS", 2)  # every other index step chains everything
+    corpus, profile, mail, people, panda, post, sloth = mails_to_panda_and_sloth()
+    cuts = [len(corpus.pairs)]
+    for title in ("one", "two", "three"):
+        post.create(mail.ref(), to=sloth, title=title)
+        cuts.append(len(corpus.pairs))
+    people.delete(panda)
+    post.update(mail.ref(), post.create(mail.ref(), to=sloth, title="four"), title="4")
+    cuts.append(len(corpus.pairs))
+    schema_ids = [profile.schema_id, mail.schema_id]
+    compacted = []
+    with empty_store(session_database) as conn:
+        ingest(conn, corpus.pairs[: cuts[0]])
+        for schema_id in schema_ids:
+            register(conn, *parse_schema_id(schema_id), None)
+        for start, end in zip([0, *cuts], cuts, strict=False):
+            if start:
+                ingest(conn, corpus.pairs[start:end])
+            run_pipeline(spark, conn, session_database)
+            compacted.append(pipeline_state(conn).compacted_through)
+            expected = reduce_corpus(corpus.pairs[:end], set(schema_ids))
+            assert pg_tables(conn, schema_ids) == engine_tables(expected)
+            assert pg_accounts(conn) == engine_accounts(expected)
+    # Runs 1-5 verify batches 1-5; the third and the fifth chain everything (the first
+    # too, but with one batch only).
+    assert compacted == [0, 0, 3, 3, 5]

@@ -6,16 +6,27 @@ on the batch number gives."""
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from p2panda_assets.pipeline import verify
 from p2panda_assets.pipeline.index import DECODED_COLUMNS, read_layers, read_schema_layers
-from p2panda_assets.pipeline.verify import VERIFIED_READ, read_new_verified, read_verified
-from p2panda_assets.pipeline.warehouse import NO_SCHEMA, Warehouse
+from p2panda_assets.pipeline.verify import (
+    VERIFIED_READ,
+    compact_verified,
+    current_warehouse,
+    read_new_verified,
+    read_verified,
+)
+from p2panda_assets.pipeline.warehouse import NO_SCHEMA, WAREHOUSE_ENV, Warehouse, children
+from p2panda_assets.store.pipeline_state import pipeline_state
 from p2panda_assets.testing.warehouse import write_layer, write_rejected_batch
+from tests.pipeline.test_pipeline_matches_engine import empty_store
 
 pytestmark = [pytest.mark.spark]
 
@@ -46,6 +57,11 @@ def files_scanned(frame: DataFrame) -> list[int]:
 
     walk(plan)
     return scans
+
+
+def read_root(spark: SparkSession, warehouse: Warehouse) -> DataFrame:
+    """Every batch under the entries' root, by Spark's partition discovery."""
+    return spark.read.schema(VERIFIED_READ).parquet(warehouse.entries)
 
 
 def test_layers_read_together_equal_each_layer_read_alone(
@@ -101,7 +117,7 @@ def test_new_batches_read_alone_equal_the_store_filtered(
 
     new = read_new_verified(spark, warehouse, 2, 4)  # batch 5 is not committed yet
 
-    everything = read_verified(spark, warehouse)
+    everything = read_root(spark, warehouse)
     wanted = everything.filter((F.col("batch") > 2) & (F.col("batch") <= 4))
     assert new.columns == everything.columns
     assert sorted(map(tuple, new.collect())) == sorted(map(tuple, wanted.collect()))
@@ -116,3 +132,88 @@ def test_no_new_batch_reads_no_row(spark: SparkSession, tmp_path: Path) -> None:
 
     assert new.collect() == []
     assert new.schema == spark.createDataFrame([], VERIFIED_READ).schema
+
+
+def batches_verified(conn, warehouse: Warehouse, first: int, last: int) -> None:
+    """Batches `first`..`last` in the columnar store, committed as verification does."""
+    for number in range(first, last + 1):
+        write_rejected_batch(warehouse, number, 2)
+    conn.execute("UPDATE p2panda.pipeline_state SET batch = %s", (last,))
+
+
+@pytest.fixture
+def store(session_database: str, tmp_path: Path, monkeypatch) -> Iterator[tuple]:
+    """An empty entry store, and its columnar store's directories (under `tmp_path`)."""
+    monkeypatch.setenv(WAREHOUSE_ENV, str(tmp_path))
+    with empty_store(session_database) as conn:
+        yield conn, Warehouse(str(tmp_path), pipeline_state(conn).warehouse_token)
+
+
+@pytest.mark.postgres
+def test_compacted_batches_read_as_every_batch_did(
+    spark: SparkSession, store: tuple, monkeypatch
+) -> None:
+    monkeypatch.setattr(verify, "COMPACT_BATCHES", 3)
+    conn, warehouse = store
+    batches_verified(conn, warehouse, 1, 3)
+    assert compact_verified(spark, conn, warehouse).compacted_run is None  # 3, not more
+    batches_verified(conn, warehouse, 4, 5)
+    before = sorted(map(tuple, read_root(spark, warehouse).collect()))
+
+    state = compact_verified(spark, conn, warehouse)
+
+    assert (state.compacted_through, state.batch) == (5, 5)
+    assert children(spark, warehouse.entries) == []
+    assert children(spark, warehouse.compacted_root) == [state.compacted_run]
+    assert sorted(map(tuple, read_verified(spark, warehouse, state).collect())) == before
+    assert read_new_verified(spark, warehouse, 5, 5).collect() == []
+    # The store's files are all there: verification does not start over.
+    assert current_warehouse(spark, conn) == warehouse
+    assert pipeline_state(conn) == state
+
+    batches_verified(conn, warehouse, 6, 6)
+    state = pipeline_state(conn)
+    now = sorted(map(tuple, read_verified(spark, warehouse, state).collect()))
+    assert now == sorted(before + list(map(tuple, read_root(spark, warehouse).collect())))
+    batches = sorted(row["batch"] for row in read_verified(spark, warehouse, state).collect())
+    assert batches == [n for n in range(1, 7) for _ in range(2)]  # two entries a batch
+
+
+@pytest.mark.postgres
+def test_a_compaction_replaces_the_last_and_what_a_dead_one_left(
+    spark: SparkSession, store: tuple, monkeypatch
+) -> None:
+    monkeypatch.setattr(verify, "COMPACT_BATCHES", 1)
+    conn, warehouse = store
+    batches_verified(conn, warehouse, 1, 2)
+    first = compact_verified(spark, conn, warehouse)
+    dead = Path(warehouse.compacted("dead"))  # written, never committed
+    dead.mkdir()
+    write_rejected_batch(Warehouse(str(dead), "x"), 9, 2)
+    batches_verified(conn, warehouse, 3, 4)
+
+    second = compact_verified(spark, conn, warehouse)
+
+    assert second.compacted_run != first.compacted_run
+    assert children(spark, warehouse.compacted_root) == [second.compacted_run]
+    rows = read_verified(spark, warehouse, second).collect()
+    assert sorted(row["batch"] for row in rows) == [1, 1, 2, 2, 3, 3, 4, 4]
+
+
+@pytest.mark.postgres
+def test_a_missing_compacted_directory_starts_verification_over(
+    spark: SparkSession, store: tuple, monkeypatch
+) -> None:
+    monkeypatch.setattr(verify, "COMPACT_BATCHES", 1)
+    conn, warehouse = store
+    batches_verified(conn, warehouse, 1, 2)
+    state = compact_verified(spark, conn, warehouse)
+    assert state.compacted_run is not None
+    batches_verified(conn, warehouse, 3, 3)
+    assert current_warehouse(spark, conn) == warehouse
+    shutil.rmtree(warehouse.compacted(state.compacted_run))
+
+    again = current_warehouse(spark, conn)
+
+    assert again != warehouse
+    assert pipeline_state(conn).compacted_run is None
