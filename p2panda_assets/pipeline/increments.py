@@ -238,25 +238,32 @@ def reached_rows(
     return reached
 
 
-# Up to this many keys, rows are selected by them with a predicate of literals; above,
-# by a semi-join (each literal costs a call into the JVM), the keys broadcast up to
-# BROADCAST_KEYS.
+# Up to this many keys, rows are marked by a predicate of literals; above, by a join
+# (each literal costs a call into the JVM), the keys broadcast up to BROADCAST_KEYS.
 LITERAL_KEYS = 2_000
 BROADCAST_KEYS = 200_000
 
 
 def among(frame: DataFrame, column: str, keys: set[bytes]) -> DataFrame:
-    """The rows of `frame` whose binary `column` is one of `keys`. A few keys are a
-    predicate, not a join with a frame made in the driver: Spark cannot size such a
-    frame, so each join with one is a broadcast job of its own or a sort-merge join that
-    shuffles `frame`, and on the sensors' one-entry runs that costs more than the data
-    (bench/latency.py)."""
+    """The rows of `frame` whose binary `column` is one of `keys` (`marked`)."""
+    return marked(frame, column, keys).filter("marked").drop("marked")
+
+
+def marked(frame: DataFrame, column: str, keys: set[bytes]) -> DataFrame:
+    """`frame` with `marked`: whether its binary `column` is one of `keys`. A few keys
+    are a predicate, not a join with a frame made in the driver: Spark cannot size such
+    a frame, so each join with one is a broadcast job of its own or a sort-merge join
+    that shuffles `frame`, and on the sensors' one-entry runs that costs more than the
+    data (bench/latency.py)."""
     if len(keys) <= LITERAL_KEYS:
-        return frame.filter(F.col(column).isin(list(keys)))
-    wanted = frame.sparkSession.createDataFrame([(k,) for k in keys], f"`{column}` binary")
-    return frame.join(
-        F.broadcast(wanted) if len(keys) <= BROADCAST_KEYS else wanted, column, "left_semi"
+        return frame.withColumn("marked", F.coalesce(F.col(column).isin(list(keys)), F.lit(False)))
+    wanted = frame.sparkSession.createDataFrame(
+        [(k, True) for k in keys], f"`{column}` binary, marked boolean"
     )
+    joined = frame.join(
+        F.broadcast(wanted) if len(keys) <= BROADCAST_KEYS else wanted, column, "left"
+    )
+    return joined.withColumn("marked", F.coalesce(F.col("marked"), F.lit(False)))
 
 
 def touched_messages(
@@ -264,7 +271,8 @@ def touched_messages(
 ) -> DataFrame:
     """The messages an incremental build reduces again: every message that creates or
     names one of `keys`, and the new messages that name no instance (their accounts).
-    Each carries `built_batch` (a CASE on the schema: no join, as `among`)."""
+    Each carries `built_batch` (a CASE on the schema: no join, as `marked`). One scan of
+    the messages: at 1M, a scan for each of the two kinds cost ~1 s more."""
     built = F.lit(None).cast("long")
     for schema_id, batch in increments.items():
         built = F.when(F.col("schema") == schema_id, F.lit(batch)).otherwise(built)
@@ -277,8 +285,9 @@ def touched_messages(
         .withColumn("built_batch", built)
         .withColumn("key", F.coalesce(F.col("instance"), created))
     )
-    new_without_key = keyed.filter((F.col("batch") > F.col("built_batch")) & F.col("key").isNull())
-    return among(keyed, "key", keys).unionByName(new_without_key).drop("key")
+    new_without_key = (F.col("batch") > F.col("built_batch")) & F.col("key").isNull()
+    touched = marked(keyed, "key", keys).filter(F.col("marked") | new_without_key)
+    return touched.drop("key", "marked")
 
 
 @dataclass(frozen=True, slots=True)
