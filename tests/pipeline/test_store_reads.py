@@ -143,8 +143,10 @@ def batches_verified(conn, warehouse: Warehouse, first: int, last: int) -> None:
 
 @pytest.fixture
 def store(session_database: str, tmp_path: Path, monkeypatch) -> Iterator[tuple]:
-    """An empty entry store, and its columnar store's directories (under `tmp_path`)."""
+    """An empty entry store, and its columnar store's directories (under `tmp_path`),
+    whose verified batches are compacted once more than one is outside the compacted."""
     monkeypatch.setenv(WAREHOUSE_ENV, str(tmp_path))
+    monkeypatch.setattr(verify, "COMPACT_BATCHES", 1)
     with empty_store(session_database) as conn:
         yield conn, Warehouse(str(tmp_path), pipeline_state(conn).warehouse_token)
 
@@ -181,9 +183,8 @@ def test_compacted_batches_read_as_every_batch_did(
 
 @pytest.mark.postgres
 def test_a_compaction_replaces_the_last_and_what_a_dead_one_left(
-    spark: SparkSession, store: tuple, monkeypatch
+    spark: SparkSession, store: tuple
 ) -> None:
-    monkeypatch.setattr(verify, "COMPACT_BATCHES", 1)
     conn, warehouse = store
     batches_verified(conn, warehouse, 1, 2)
     first = compact_verified(spark, conn, warehouse)
@@ -202,9 +203,8 @@ def test_a_compaction_replaces_the_last_and_what_a_dead_one_left(
 
 @pytest.mark.postgres
 def test_a_missing_compacted_directory_starts_verification_over(
-    spark: SparkSession, store: tuple, monkeypatch
+    spark: SparkSession, store: tuple
 ) -> None:
-    monkeypatch.setattr(verify, "COMPACT_BATCHES", 1)
     conn, warehouse = store
     batches_verified(conn, warehouse, 1, 2)
     state = compact_verified(spark, conn, warehouse)
