@@ -405,7 +405,7 @@ def _run_index(
     if appended is not None:
         _keep_chained(spark, warehouse, {*appended.layers, *state.layers})
         return replace(appended, verified=verified)
-    state = compact_verified(spark, conn, warehouse)
+    state = compact_verified(spark, conn, warehouse, state)
     verified_ok = read_verified(spark, warehouse, state).filter(F.col("verdict") == "ok")
     # On disk, not in the JVM's heap: a row per log and per entry held, read three times.
     chained = _chain(verified_ok).persist(StorageLevel.DISK_ONLY)

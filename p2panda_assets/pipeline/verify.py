@@ -15,7 +15,8 @@ of chaining 9.5 s instead of 2.3 s (bench/pipeline.py --spark-events). Nothing u
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import replace
 from decimal import Decimal
 from typing import cast
 
@@ -175,7 +176,10 @@ COMPACT_BATCHES = 64
 
 
 def compact_verified(
-    spark: SparkSession, conn: psycopg.Connection, warehouse: Warehouse
+    spark: SparkSession,
+    conn: psycopg.Connection,
+    warehouse: Warehouse,
+    state: state_sql.PipelineState,
 ) -> state_sql.PipelineState:
     """Rewrite the verified batches as one directory, each row with its batch number,
     once more than `COMPACT_BATCHES` are outside it; the state to read them by. The
@@ -184,7 +188,6 @@ def compact_verified(
     The new directory is written under a name of its own and only then committed; the
     directories it replaces are removed after the commit, and what a run that died
     between the two left is removed by the next compaction."""
-    state = state_sql.pipeline_state(conn)
     if state.batch - state.compacted_through <= COMPACT_BATCHES:
         return state
     for name in children(spark, warehouse.compacted_root):
@@ -192,13 +195,10 @@ def compact_verified(
             remove(spark, warehouse.compacted(name))
     run = write_compacted(spark, warehouse, state)
     state_sql.commit_compaction(conn, run, state.batch)
-    for name in children(spark, warehouse.entries):
-        number = name.removeprefix("batch=")
-        if number.isdigit() and int(number) <= state.batch:
-            remove(spark, f"{warehouse.entries}/{name}")
+    _remove_batches(spark, warehouse, lambda number: number <= state.batch)
     if state.compacted_run is not None:
         remove(spark, warehouse.compacted(state.compacted_run))
-    return state_sql.pipeline_state(conn)
+    return replace(state, compacted_run=run, compacted_through=state.batch)
 
 
 SMALL_BATCH = 2_000  # up to this many new entries are verified in the driver
@@ -313,7 +313,14 @@ def _verify_in_driver(
 def _forget_unfinished_batches(spark: SparkSession, warehouse: Warehouse, batch: int) -> None:
     """Batches above the committed one were written by a run that died before its
     commit: their entries will be verified again, so their files must go."""
+    _remove_batches(spark, warehouse, lambda number: number > batch)
+
+
+def _remove_batches(
+    spark: SparkSession, warehouse: Warehouse, which: Callable[[int], bool]
+) -> None:
+    """Remove the directories of the batches whose number is `which`."""
     for name in children(spark, warehouse.entries):
         number = name.removeprefix("batch=")
-        if number.isdigit() and int(number) > batch:
+        if number.isdigit() and which(int(number)):
             remove(spark, f"{warehouse.entries}/{name}")

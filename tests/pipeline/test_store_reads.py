@@ -158,11 +158,13 @@ def test_compacted_batches_read_as_every_batch_did(
     monkeypatch.setattr(verify, "COMPACT_BATCHES", 3)
     conn, warehouse = store
     batches_verified(conn, warehouse, 1, 3)
-    assert compact_verified(spark, conn, warehouse).compacted_run is None  # 3, not more
+    assert (
+        compact_verified(spark, conn, warehouse, pipeline_state(conn)).compacted_run is None
+    )  # 3, not more
     batches_verified(conn, warehouse, 4, 5)
     before = sorted(map(tuple, read_root(spark, warehouse).collect()))
 
-    state = compact_verified(spark, conn, warehouse)
+    state = compact_verified(spark, conn, warehouse, pipeline_state(conn))
 
     assert (state.compacted_through, state.batch) == (5, 5)
     assert children(spark, warehouse.entries) == []
@@ -187,13 +189,13 @@ def test_a_compaction_replaces_the_last_and_what_a_dead_one_left(
 ) -> None:
     conn, warehouse = store
     batches_verified(conn, warehouse, 1, 2)
-    first = compact_verified(spark, conn, warehouse)
+    first = compact_verified(spark, conn, warehouse, pipeline_state(conn))
     dead = Path(warehouse.compacted("dead"))  # written, never committed
     dead.mkdir()
     write_rejected_batch(Warehouse(str(dead), "x"), 9, 2)
     batches_verified(conn, warehouse, 3, 4)
 
-    second = compact_verified(spark, conn, warehouse)
+    second = compact_verified(spark, conn, warehouse, pipeline_state(conn))
 
     assert second.compacted_run != first.compacted_run
     assert children(spark, warehouse.compacted_root) == [second.compacted_run]
@@ -207,7 +209,7 @@ def test_a_missing_compacted_directory_starts_verification_over(
 ) -> None:
     conn, warehouse = store
     batches_verified(conn, warehouse, 1, 2)
-    state = compact_verified(spark, conn, warehouse)
+    state = compact_verified(spark, conn, warehouse, pipeline_state(conn))
     assert state.compacted_run is not None
     batches_verified(conn, warehouse, 3, 3)
     assert current_warehouse(spark, conn) == warehouse
