@@ -79,17 +79,19 @@ def instance_row(catalog: Catalog, schema_id: str, instance: Instance) -> dict[s
 def reduce_rows(catalog: Catalog, rows: list[Row], built_batch: int | None = None) -> list[Row]:
     """One instance log through the engine's `reduce_instance_log`: its instances as
     table rows (with what cascades and accounts need), and its entries' accounts.
+    `rows`: the log's entries, and its owner rows (`with_owners`).
 
     With `built_batch` (an incremental build), also each instance as the messages of
     batches up to it made it (`before` rows): what the table holds of it now."""
     # Column types from the items frame: string -> str, binary -> bytes, decimal -> Decimal.
     schema_id = cast(str, rows[0]["schema"])
+    entries = [row for row in rows if row["owner_author"] is None]
     try:
         owners = _owners(rows).get
-        reduction = reduce_instance_log(catalog, schema_id, items_log(rows), owners)
+        reduction = reduce_instance_log(catalog, schema_id, items_log(entries), owners)
         out = [instance_row(catalog, schema_id, i) for i in reduction.instances.values()]
         if built_batch is not None:
-            out += _before_rows(catalog, schema_id, rows, built_batch, owners)
+            out += _before_rows(catalog, schema_id, entries, built_batch, owners)
     except Exception as error:  # one log's failure fails only its schema
         detail = "".join(traceback.format_exception_only(error)).strip()
         return [{"row_type": "error", "schema": schema_id, "message": detail}]
@@ -99,6 +101,7 @@ def reduce_rows(catalog: Catalog, rows: list[Row], built_batch: int | None = Non
 
 
 def _owners(rows: list[Row]) -> dict[bytes, tuple[bytes, int]]:
+    """The owner rows of a log's group as the engine's owner lookup."""
     return {
         cast(bytes, row["instance"]): (
             cast(bytes, row["owner_author"]),
@@ -170,12 +173,17 @@ def reduce_logs(
 def with_owners(
     items: DataFrame, decoded: DataFrame, instances: set[bytes] | None = None
 ) -> DataFrame:
-    """Each update and delete with the log of the create it names (anywhere in the
-    store, chain-accepted): the engine's owner lookup for `not-author`.
+    """The items, and beside them an owner row for each update and delete whose create
+    (anywhere in the store, chain-accepted) is found: the update's log, the instance,
+    and the log of its create (`owner_author`, `owner_log`), the engine's owner lookup
+    for `not-author`. The rows of a log group together in `reduce_logs`.
+
+    Only the narrow columns are joined: the items, with their payloads, are shuffled
+    once, by the grouping, not a second time by the join of each with its create.
 
     `instances`: every instance `items` name (an incremental build's keys). The creates
-    of those alone are looked up, by broadcast, instead of a join that shuffles the items
-    (with their payloads) and every create of the store."""
+    of those alone are looked up, by broadcast, instead of a join that shuffles every
+    create of the store."""
     creates = decoded.filter(F.col("kind") == "create")
     if instances is not None and len(instances) <= increments.BROADCAST_KEYS:
         creates = F.broadcast(increments.among(creates, "hash", instances))
@@ -184,4 +192,6 @@ def with_owners(
         F.col("author").alias("owner_author"),
         F.col("log_id").alias("owner_log"),
     )
-    return items.join(owners, "instance", "left")
+    group = [c for c in ("author", "log_id", "schema", "built_batch") if c in items.columns]
+    named = items.filter(F.col("instance").isNotNull()).select(*group, "instance")
+    return items.unionByName(named.join(owners, "instance"), allowMissingColumns=True)
