@@ -11,7 +11,9 @@ of the schema is incremental when
   log assigned elsewhere or a duplicate now) and none joined (a log newly assigned
   here, an entry that filled a gap in its log), so every log of the schema only grew,
 - no message of it is held pending (a change anywhere in the catalog may release it),
-- its table is there, and no schema its cascade fields name is built whole in the run,
+- its table is there, and no schema its cascade fields name is built whole after the
+  increments (a schema built whole before them, one that cascades from none of them,
+  is fine: the increments read its new deleted set),
 - the new messages are at most half of its messages (else a whole build costs as much).
 
 An instance's reduction depends on its own messages only (the ones that create it or
@@ -23,7 +25,9 @@ at those) are reduced again too, and the cascades are decided over them in the d
 update moved a cascade-deleted instance's relation away from the deleted one: that
 schema (and what cascades from it) is then built whole. The rows, accounts and deleted
 ids of the reduced instances replace the old ones (`store.tables.apply_increment`).
-Whatever is not incremental is built whole, as before, after the incremental ones.
+Whatever is not incremental is built whole: before the increments where it cascades
+from none of them (a migration of the schema others cascade from), after them
+otherwise.
 """
 
 from __future__ import annotations
@@ -140,10 +144,12 @@ def message_digests(sums: LayerSums, built: Mapping[str, int]) -> dict[str, Dige
 @dataclass(frozen=True, slots=True)
 class BuildPlan:
     """What each schema of a build will be built from (`states`, recorded with its
-    table), and which of them are incremental (schema -> batch its table holds)."""
+    table), which of them are incremental (schema -> batch its table holds), and which
+    are built whole before the increments (`first`; the others after them)."""
 
     states: dict[str, BuildState]
     increments: dict[str, int]
+    first: frozenset[str] = frozenset()
 
 
 def plan_builds(
@@ -174,9 +180,10 @@ def plan_builds(
         and tables.table_exists(conn, table_name_for(s))
     }
     whole = set(schema_ids) - set(increments)
-    for schema_id in without_whole_targets(catalog, increments, whole):
+    last = cascading_from(catalog, whole, set(increments))
+    for schema_id in cascading_from(catalog, increments, last):
         del increments[schema_id]
-    return BuildPlan(states, increments)
+    return BuildPlan(states, increments, frozenset(whole - last))
 
 
 def cascade_targets(catalog: Catalog, schema_id: str) -> set[str | None]:
@@ -184,19 +191,20 @@ def cascade_targets(catalog: Catalog, schema_id: str) -> set[str | None]:
     return {t for _, t in cascade_fields(catalog.histories[schema_id].lens, catalog.hash_index)}
 
 
-def without_whole_targets(catalog: Catalog, increments: Iterable[str], whole: set[str]) -> set[str]:
-    """The incremental schemas that must be built whole after all: a schema a cascade
-    field of theirs names is (their cascades read its deleted set, which the whole
-    build decides later), and so on down the relations."""
-    moved: set[str] = set()
+def cascading_from(catalog: Catalog, schema_ids: Iterable[str], sources: set[str]) -> set[str]:
+    """The `schema_ids` whose cascades read the deleted set of one of `sources`: a
+    cascade field names a source, or one of `schema_ids` found so far, and so on down
+    the relations. An increment that cascades from a schema built whole after it must be
+    built whole too; a whole build that cascades from an increment waits for it."""
+    found: set[str] = set()
     changed = True
     while changed:
         changed = False
-        for schema_id in sorted(set(increments) - moved):
-            if cascade_targets(catalog, schema_id) & (whole | moved):
-                moved.add(schema_id)
+        for schema_id in sorted(set(schema_ids) - found):
+            if cascade_targets(catalog, schema_id) & (sources | found):
+                found.add(schema_id)
                 changed = True
-    return moved
+    return found
 
 
 def new_keys(decoded: DataFrame, after_batch: int) -> set[bytes]:

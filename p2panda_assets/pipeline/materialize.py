@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import psycopg
 from pyspark import StorageLevel
@@ -44,12 +45,12 @@ from p2panda_assets.pipeline.increments import (
     BuildPlan,
     cascade_increments,
     cascade_targets,
+    cascading_from,
     layer_sums,
     new_keys,
     plan_builds,
     reached_rows,
     touched_messages,
-    without_whole_targets,
 )
 from p2panda_assets.pipeline.index import IndexResult
 from p2panda_assets.pipeline.reduction import reduce_logs, with_owners
@@ -150,12 +151,15 @@ def _materialize(
         return [outcomes[s] for s in schema_ids]
     sums = layer_sums(spark, conn, index.warehouse, index.layers) if index.layers else None
     plan = plan_builds(conn, catalog, order, sums, index.batch, ready)
-    whole = [outcomes[s] for s in ready if s not in plan.increments]
+    deleted_anew: set[bytes] = set()
+    if plan.first:
+        first = [outcomes[s] for s in ready if s in plan.first]
+        plan, deleted_anew = _build_first(spark, conn, url, index, catalog, first, plan)
+    whole = [outcomes[s] for s in ready if s not in plan.increments and s not in plan.first]
     if plan.increments:
-        # First: a whole build may cascade from their deleted sets (never the reverse:
-        # no incremental schema cascades from a schema built whole).
+        # Before the rest: a whole build may cascade from their deleted sets.
         increments = [outcomes[s] for s in ready if s in plan.increments]
-        whole += _build_increments(spark, conn, url, index, catalog, increments, plan)
+        whole += _build_increments(spark, conn, url, index, catalog, increments, plan, deleted_anew)
     if whole:
         _build(spark, conn, url, index, catalog, whole, None, plan.states)
     return [outcomes[s] for s in schema_ids]
@@ -350,6 +354,32 @@ def _row_stages(
     return stages
 
 
+def _build_first(
+    spark: SparkSession,
+    conn: psycopg.Connection,
+    url: str,
+    index: IndexResult,
+    catalog: Catalog,
+    outcomes: list[Outcome],
+    plan: BuildPlan,
+) -> tuple[BuildPlan, set[bytes]]:
+    """Build `outcomes` whole before the increments (`plan.first`: they cascade from
+    none of them). Back: the plan, less the increments that cascade from an instance
+    these builds no longer hold deleted (built whole after them: their stored cascades
+    would have to be undone); and the instances they hold deleted anew, where the
+    increments' cascades may reach."""
+    built = {o.schema_id for o in outcomes}
+    read = sorted({t for s in plan.increments for t in cascade_targets(catalog, s) if t in built})
+    before = _stored_deleted(conn, read)
+    _build(spark, conn, url, index, catalog, outcomes, None, plan.states)
+    after = _stored_deleted(conn, read)
+    revived = {t for t in read if before.get(t, set()) - after.get(t, set())}
+    moved = cascading_from(catalog, plan.increments, revived)
+    increments = {s: batch for s, batch in plan.increments.items() if s not in moved}
+    deleted_anew = {h for t in read for h in after.get(t, set()) - before.get(t, set())}
+    return replace(plan, increments=increments), deleted_anew
+
+
 def _build_increments(
     spark: SparkSession,
     conn: psycopg.Connection,
@@ -358,12 +388,14 @@ def _build_increments(
     catalog: Catalog,
     outcomes: list[Outcome],
     plan: BuildPlan,
+    deleted_anew: set[bytes],
 ) -> list[Outcome]:
     """Add what is new to the tables of `outcomes` (`pipeline.increments`): the
-    instances new messages name, and the rows a delete among them may reach, are
-    reduced again in one Spark job for all schemas, and replace their old rows,
-    accounts and deleted ids, schema by schema. The outcomes of the schemas that must
-    be built whole after all come back."""
+    instances new messages name, and the rows a delete among them, or among
+    `deleted_anew` (by the whole builds before), may reach, are reduced again in one
+    Spark job for all schemas, and replace their old rows, accounts and deleted ids,
+    schema by schema. The outcomes of the schemas that must be built whole after all
+    come back."""
     by_id = {o.schema_id: o for o in outcomes}
     decoded = index.decoded(spark)
     assert decoded is not None  # a table was built from it before
@@ -372,7 +404,7 @@ def _build_increments(
     accounts = None
     broadcast = spark.sparkContext.broadcast(catalog)
     try:
-        keys = new_keys(decoded, min(plan.increments.values()))
+        keys = new_keys(decoded, min(plan.increments.values())) | deleted_anew
         keys |= reached_rows(conn, catalog, list(by_id), keys)
         touched = with_owners(touched_messages(decoded, plan.increments, keys), decoded, keys)
         reduced = reduce_logs(touched, broadcast, incremental=True).persist(StorageLevel.DISK_ONLY)
@@ -482,7 +514,7 @@ def _settle_cascades(
         if not revived:
             return deleted_now, whole
         whole |= revived
-        whole |= without_whole_targets(catalog, left, whole)
+        whole |= cascading_from(catalog, left, whole)
 
 
 def _fallbacks_after(
