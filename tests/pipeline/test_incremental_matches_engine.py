@@ -253,9 +253,10 @@ def test_a_schema_that_cascades_from_one_built_whole_adds_to_its_table_after_it(
     assert outcomes[mail.schema_id].rows == 3
 
 
-def test_an_increment_reaches_rows_a_whole_build_before_it_deleted(spark, session_database):
-    """A delete two relations up: no new message names the profile the whole builds
-    delete by cascade, nor the mails that point at it."""
+def orgs_profiles_and_mails(to_gone: int, to_kept: int):
+    """Orgs closed and open (author 2's log 1), a profile in each (log 2) whose `org`
+    cascades, and mails (log 3) whose `to` cascades: `to_gone` of them to the closed
+    org's profile, `to_kept` to the other."""
     corpus = CorpusBuilder()
     owner = corpus.author(1)
     org = owner.schema(1, "org")
@@ -267,8 +268,15 @@ def test_an_increment_reaches_rows_a_whole_build_before_it_deleted(spark, sessio
     orgs, people, post = (instances(corpus.author(2), n) for n in (1, 2, 3))
     closed, open_ = (orgs.create(org.ref(), name=n) for n in ("closed", "open"))
     gone, kept = (people.create(profile.ref(), org=o) for o in (closed, open_))
-    for to in (gone, kept, gone):
+    for to in [gone] * to_gone + [kept] * to_kept:
         post.create(mail.ref(), to=to)
+    return corpus, (org, profile, mail), orgs, post, closed, kept
+
+
+def test_an_increment_reaches_rows_a_whole_build_before_it_deleted(spark, session_database):
+    """A delete two relations up: no new message names the profile the whole builds
+    delete by cascade, nor the mails that point at it."""
+    corpus, (org, profile, mail), orgs, _, closed, _ = orgs_profiles_and_mails(2, 1)
     early = len(corpus.pairs)
     org.migrate(create_field("city", "varchar", default=""))  # both built whole
     profile.migrate(create_field("bio", "text", default=""))
@@ -280,19 +288,7 @@ def test_an_increment_reaches_rows_a_whole_build_before_it_deleted(spark, sessio
 
 
 def test_rows_a_whole_build_brings_back_rebuild_their_schema_whole(spark, session_database):
-    corpus = CorpusBuilder()
-    owner = corpus.author(1)
-    org = owner.schema(1, "org")
-    org.migrate(create_field("name", "varchar", default=""))
-    profile = owner.schema(2, "profile")
-    profile.migrate(create_field("org", "relation", schema=org.log_ref, cascade=True))
-    mail = owner.schema(3, "mail")
-    mail.migrate(create_field("to", "relation", schema=profile.log_ref, cascade=True))
-    orgs, people, post = (instances(corpus.author(2), n) for n in (1, 2, 3))
-    closed, open_ = (orgs.create(org.ref(), name=n) for n in ("closed", "open"))
-    gone, kept = (people.create(profile.ref(), org=o) for o in (closed, open_))
-    for to in (gone, kept, kept):
-        post.create(mail.ref(), to=to)
+    corpus, (org, profile, mail), orgs, post, closed, kept = orgs_profiles_and_mails(1, 2)
     orgs.delete(closed)  # the profile of the closed org, and its mail, cascade
     early = len(corpus.pairs)
     profile.migrate(remove_field("org"))  # ... and no longer do
