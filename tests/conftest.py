@@ -32,6 +32,7 @@ DATA = Path(__file__).parent / "data"
 # (a killed-run fault test and tests/pipeline/test_pipeline_matches_engine.py: 188 s
 # against 215 s, 2026-11-25). Compilation does not change what the code computes.
 os.environ.setdefault("P2PANDA_SPARK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
+
 PRODUCT_SCHEMAS = ("p2panda", "p2panda_data", "p2panda_versions", "p2panda_api")
 
 
