@@ -25,14 +25,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 DATA = Path(__file__).parent / "data"
-
-# Every JVM the tests start (their session, and those of the `panda` and Dagster processes
-# they start, which inherit it) compiles with C1 only: the tests run many small Spark
-# jobs in short-lived JVMs, where C2's compiler threads take the 2 cores the work needs
-# (a killed-run fault test and tests/pipeline/test_pipeline_matches_engine.py: 188 s
-# against 215 s, 2026-11-25). Compilation does not change what the code computes.
-os.environ.setdefault("P2PANDA_SPARK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
-
 PRODUCT_SCHEMAS = ("p2panda", "p2panda_data", "p2panda_versions", "p2panda_api")
 
 

@@ -3,22 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from pyspark.sql import SparkSession
 
 from p2panda_assets.pipeline.spark import JAVA_OPTIONS_ENV, spark_config
-
-pytestmark = [pytest.mark.spark]
-
-
-def test_the_tests_jvm_runs_with_the_options_the_setting_gives(spark: SparkSession) -> None:
-    """tests/conftest.py sets the option; the session's JVM was started with it."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    arguments = list(
-        jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()
-    )
-    assert "-XX:TieredStopAtLevel=1" in arguments
-    assert "-Duser.timezone=UTC" in arguments
 
 
 def test_the_setting_follows_the_products_options(monkeypatch: pytest.MonkeyPatch) -> None:
