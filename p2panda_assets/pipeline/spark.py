@@ -76,10 +76,7 @@ ARROW_BATCH_BYTES = 64 * 2**20
 
 # More options for the driver JVM (on `local[*]` it runs the executors too), after the
 # product's own. JAVA_TOOL_OPTIONS would do it too, but the JVM then announces it on
-# stderr, which is the product's own. The product keeps the JVM's tiered default, which
-# a large store needs: bench/pipeline.py at 1M took 272.7 s with `-XX:TieredStopAtLevel=1`
-# (C1 only) against 224.2 s (2 cores, one pair in the same hour); deploy/README.md has
-# where C1 only is quicker.
+# stderr, which is the product's own. deploy/README.md measures one such option.
 JAVA_OPTIONS_ENV = "P2PANDA_SPARK_JAVA_OPTIONS"
 
 
