@@ -14,15 +14,19 @@ from importlib import resources
 from pathlib import Path
 
 import dagster as dg
+import psycopg
 
 from p2panda_assets.dead_runs import fail_dead_runs, process_tags
+from p2panda_assets.defs.partitions import BUILT_FROM
 from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.home import p2panda_home
 from p2panda_assets.store.database import DATABASE_URL_ENV, connect, database_url, ensure_schema
+from p2panda_assets.store.tables import built_fingerprints
 
 SCHEMAS = "schemas"
 JOB = "materialize_schema"
 AS_OF_JOB = "materialize_as_of_version"
+TABLE = dg.AssetKey("materialized_table")
 
 
 def prepare_environment() -> str:
@@ -62,8 +66,9 @@ class Failed:
 
 @dataclass(frozen=True, slots=True)
 class Materialized:
-    ran: list[str]  # schema ids, in the order their runs ran (upstream first)
+    schema_ids: list[str]  # the schemas materialized (their runs ran in this order), upstream first
     failed: list[Failed]
+    launched: bool = True  # False: nothing was new for them, no run was launched (`up_to_date`)
 
 
 def materialize(schema_ids: list[str] | None = None) -> Materialized:
@@ -71,10 +76,8 @@ def materialize(schema_ids: list[str] | None = None) -> Materialized:
     registered schemas they relate to, upstream first, each in its own run of the asset
     family: the runs share one batch (`p2panda/batch`), so the first builds them all in
     one Spark job and the others report theirs. A schema whose run fails does not stop
-    the others."""
-    from p2panda_assets.definitions import defs
-    from p2panda_assets.defs.assets import BATCH_TAG
-    from p2panda_assets.store.catalog import stored_catalog
+    the others. With nothing new for any of them (`up_to_date`), no run is launched."""
+    from p2panda_assets.store.pipeline_state import current_index
     from p2panda_assets.store.registry import registered_schemas
 
     prepare_environment()
@@ -89,15 +92,21 @@ def materialize(schema_ids: list[str] | None = None) -> Materialized:
             return Materialized([], [])
         add_partitions(instance, registered)
         fail_dead_runs(instance)
+        fingerprint = current_index(conn)
+        if fingerprint is not None:
+            ordered = _in_build_order(conn, targets, registered)
+            if up_to_date(instance, conn, ordered, fingerprint):
+                return Materialized(ordered, [], launched=False)
+        # Not before: the code location imports Spark, pandera and pandas (seconds).
+        from p2panda_assets.definitions import defs
+        from p2panda_assets.defs.assets import BATCH_TAG
+
         job = defs.resolve_job_def(JOB)
         # The index step (asset raw_entries) comes first: the relation order needs it.
         index_run = _run(job, instance, targets[0], [dg.AssetKey("raw_entries")], {})
         if index_run is not None:
             raise P2pandaError(index_run.reason, index_run.message)
-        order = stored_catalog(conn).order()
-        wanted = _with_upstream(set(targets), order.upstream)
-        ordered = [s for s in order.order if s in wanted]
-        ordered += sorted(s for s in wanted if s not in ordered and s in registered)
+        ordered = _in_build_order(conn, targets, registered)
         batch = {BATCH_TAG: ",".join(ordered)}
         failed = [
             failure
@@ -129,6 +138,43 @@ def materialize_as_of(schema_id: str, version: int) -> None:
     if not result.success:
         failure = run_failure(result, schema_id)
         raise P2pandaError(failure.reason, failure.message)
+
+
+def up_to_date(
+    instance: dg.DagsterInstance, conn: psycopg.Connection, schema_ids: list[str], index: str
+) -> bool:
+    """Whether runs of `schema_ids` would change nothing, `index` being the fingerprint of
+    an index with nothing left to do (`current_index`): each table built from it (so
+    every upstream schema is built too), and each partition's latest materialization of
+    `materialized_table` saying so. The second keeps the UI true: a run killed after the
+    build, before it reported, leaves the partition showing an older build, and the
+    next run reports this one."""
+    built = built_fingerprints(conn, schema_ids)
+    return all(built.get(s) == index and shown_built_from(instance, s) == index for s in schema_ids)
+
+
+def shown_built_from(instance: dg.DagsterInstance, schema_id: str) -> str | None:
+    """The index the partition's latest `materialized_table` materialization was built
+    from (None: none, or a pending one)."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=TABLE, asset_partitions=[schema_id]), limit=1
+    ).records
+    shown = records[0].asset_materialization if records else None
+    value = shown.metadata.get(BUILT_FROM) if shown is not None else None
+    return None if value is None else str(value.value)
+
+
+def _in_build_order(
+    conn: psycopg.Connection, targets: list[str], registered: list[str]
+) -> list[str]:
+    """`targets` and the registered schemas they relate to, upstream first, as the last
+    index step's catalog orders them."""
+    from p2panda_assets.store.catalog import stored_catalog
+
+    order = stored_catalog(conn).order()
+    wanted = _with_upstream(set(targets), order.upstream)
+    ordered = [s for s in order.order if s in wanted]
+    return ordered + sorted(s for s in wanted if s not in ordered and s in registered)
 
 
 def _with_upstream(targets: set[str], upstream: dict[str, tuple[str, ...]]) -> set[str]:

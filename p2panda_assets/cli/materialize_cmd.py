@@ -26,8 +26,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_materialize(args: argparse.Namespace) -> int:
-    """One line per schema on stdout; one `error: <reason>: ...` line on stderr per
-    schema whose build failed (the others are built all the same), then exit 1."""
+    """One line per schema on stdout (and one more if nothing was new, so no run was
+    launched); one `error: <reason>: ...` line on stderr per schema whose build failed
+    (the others are built all the same), then exit 1."""
     if args.as_of_version is not None:
         return run_as_of(args)
     from p2panda_assets.orchestration import materialize
@@ -38,7 +39,7 @@ def run_materialize(args: argparse.Namespace) -> int:
     with connect() as conn:
         rows = {row.schema_id: row for row in registered_schemas(conn)}
     failed = {failure.schema_id for failure in result.failed}
-    for schema_id in result.ran:
+    for schema_id in result.schema_ids:
         if schema_id in failed:
             continue
         row = rows[schema_id]
@@ -47,6 +48,8 @@ def run_materialize(args: argparse.Namespace) -> int:
         if row.status_message:
             detail += f" ({row.status_message})"
         print(f"{schema_id}  {name}  version {row.version}  {detail}  {row.table_name}")
+    if not result.launched:
+        print("up to date: nothing new since these tables were built, no run launched")
     for failure in result.failed:
         print(f"error: {failure.reason}: {failure.schema_id}: {failure.message}", file=sys.stderr)
     return 1 if result.failed else 0

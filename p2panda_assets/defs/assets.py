@@ -25,7 +25,7 @@ from dagster_pyspark import PySparkResource
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from p2panda_assets.defs.partitions import schemas
+from p2panda_assets.defs.partitions import BUILT_FROM, schemas
 from p2panda_assets.defs.resources import PostgresResource
 from p2panda_assets.engine.compatibility import history_compatibility
 from p2panda_assets.engine.corpus import Catalog
@@ -238,6 +238,7 @@ def materialized_table(
             "status": str(outcome.status),
             # Only the instances new messages name were reduced again (pipeline.increments).
             "incremental": outcome.incremental,
+            BUILT_FROM: index.fingerprint,  # an unchanged table was built from it too
             "table": outcome.table_name,
             "dagster/row_count": outcome.rows,
             "version": outcome.version,

@@ -405,6 +405,17 @@ def indexed_fingerprint(conn: psycopg.Connection) -> str | None:
     return None if row is None else str(row[0])
 
 
+def current_index(conn: psycopg.Connection) -> str | None:
+    """The index's fingerprint if an index step would find nothing to do: no entry
+    committed since the last verification, and the index made from what was verified
+    and from the schemas registered now. None if there is something to do."""
+    state = pipeline_state(conn)
+    if count_new_entries(conn, state.verified_through, committed_bound(conn)):
+        return None
+    indexed = indexed_fingerprint(conn)
+    return indexed if indexed == verified_fingerprint(conn) else None
+
+
 # An entry `e` that verification found good: at or below the progress mark, not rejected
 # at ingest, and without the account of a rejection by verification (which keeps its
 # `verify` origin: no later stage sees a rejected entry). Re-ingesting an entry with its

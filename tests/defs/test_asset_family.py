@@ -334,3 +334,61 @@ def test_panda_materialize_runs_upstream_schemas_first_on_the_persistent_instanc
         assert int(row["rows"]) == len(expected[schema_id])
         accounted = sum(int(row[c]) for c in ("applied", "superseded", "pending", "rejected"))
         assert accounted == relations.stored[schema_id]
+
+
+def test_panda_materialize_with_nothing_new_launches_no_run(
+    spark: SparkSession,
+    store: psycopg.Connection,
+    relations: Relations,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """With nothing new since the last build, `panda materialize` prints the same lines,
+    says it is up to date and launches no run (seconds of Python, not the runs' Spark).
+    A new entry gets runs again, and so does a partition whose latest materialization is
+    not the current build (reported by hand here, as the UI's "Report materialization"
+    does; a run killed after its build, before it reported, leaves an older one)."""
+    profile, mail = relations.schema_ids
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+    *older, newest = relations.pairs  # the newest: profile "panda" deleted, cascading to mail
+    ingest(store, older)
+    register_all(store, relations.schema_ids)
+
+    def materialize() -> tuple[list[str], list[tuple[str, dg.DagsterRunStatus]]]:
+        """The command's lines, and the runs it launched (partition, status)."""
+        started = datetime.now(UTC)
+        assert main(["materialize"]) == 0
+        with dg.DagsterInstance.get() as instance:
+            records = instance.get_run_records(
+                dg.RunsFilter(job_name=JOB, created_after=started),
+                order_by="create_timestamp",
+                ascending=True,
+            )
+        runs = [(r.dagster_run.tags["dagster/partition"], r.dagster_run.status) for r in records]
+        return capsys.readouterr().out.splitlines(), runs
+
+    up_to_date = "up to date: nothing new since these tables were built, no run launched"
+    success = dg.DagsterRunStatus.SUCCESS
+    built, runs = materialize()
+    assert runs == [(mail, success), (profile, success), (mail, success)]
+    assert up_to_date not in built
+
+    assert materialize() == ([*built, up_to_date], [])
+
+    ingest(store, [newest])
+    lines, runs = materialize()
+    assert runs == [(mail, success), (profile, success), (mail, success)]
+    assert up_to_date not in lines and lines != built  # a row fewer in each table
+    expected = engine_tables(reduce_corpus(relations.pairs, set(relations.schema_ids)))
+    assert pg_tables(store, relations.schema_ids) == expected
+
+    with dg.DagsterInstance.get() as instance:
+        instance.report_runless_asset_event(dg.AssetMaterialization(TABLE, partition=mail))
+    again, runs = materialize()
+    assert runs == [(mail, success), (profile, success), (mail, success)]
+    assert again == lines
+    with dg.DagsterInstance.get() as instance:
+        assert latest_metadata(instance, "materialized_table", mail)["status"] == "materialized"
+
+    assert materialize() == ([*lines, up_to_date], [])
