@@ -18,6 +18,8 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
+from p2panda_assets.pipeline.class_archive import archive_options
+
 JDBC_JAR = Path(os.environ.get("P2PANDA_JDBC_JAR", "/usr/share/java/postgresql.jar"))
 
 
@@ -82,9 +84,6 @@ JAVA_OPTIONS_ENV = "P2PANDA_SPARK_JAVA_OPTIONS"
 
 def spark_config(master: str | None = None) -> dict[str, Any]:
     """The settings every session of the product uses."""
-    # The driver logs errors only, on stderr: the package's log4j2.properties, named by
-    # a file URI (no spaces for Spark to split the Java options at).
-    log4j2 = (Path(__file__).resolve().parents[1] / "log4j2.properties").as_uri()
     return {
         "spark.master": master or spark_master(),
         "spark.app.name": "p2panda-assets",
@@ -103,14 +102,27 @@ def spark_config(master: str | None = None) -> dict[str, Any]:
         "spark.driver.memory": os.environ.get("P2PANDA_DRIVER_MEMORY", DRIVER_MEMORY),
         "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
         "spark.pyspark.python": sys.executable,
-        # Timestamps cross JDBC as wall-clock values of the JVM's zone: make it UTC.
-        # The parallel collector: a smaller footprint than G1's per-region bookkeeping.
-        "spark.driver.extraJavaOptions": (
-            f"-Duser.timezone=UTC -XX:+UseParallelGC -Dlog4j2.configurationFile={log4j2} "
-            + os.environ.get(JAVA_OPTIONS_ENV, "")
-        ).strip(),
+        "spark.driver.extraJavaOptions": driver_java_options(),
         "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
     }
+
+
+def driver_java_options(archive: bool = True) -> str:
+    """The driver JVM's options: the product's, this installation's class archive (if
+    `archive` and one is built: `class_archive`), then P2PANDA_SPARK_JAVA_OPTIONS."""
+    # The driver logs errors only, on stderr: the package's log4j2.properties, named by
+    # a file URI (no spaces for Spark to split the Java options at).
+    log4j2 = (Path(__file__).resolve().parents[1] / "log4j2.properties").as_uri()
+    options = [
+        # Timestamps cross JDBC as wall-clock values of the JVM's zone: make it UTC.
+        "-Duser.timezone=UTC",
+        # The parallel collector: a smaller footprint than G1's per-region bookkeeping.
+        "-XX:+UseParallelGC",
+        f"-Dlog4j2.configurationFile={log4j2}",
+        *(archive_options() if archive else []),
+        os.environ.get(JAVA_OPTIONS_ENV, "").strip(),
+    ]
+    return " ".join(option for option in options if option)
 
 
 def use_this_python() -> None:

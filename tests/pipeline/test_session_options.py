@@ -1,17 +1,41 @@
-"""The driver JVM's options: the product's own, then P2PANDA_SPARK_JAVA_OPTIONS."""
+"""The driver JVM's options: the product's own, the class archive if one is built, then
+P2PANDA_SPARK_JAVA_OPTIONS."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from p2panda_assets.pipeline.class_archive import ARCHIVE_ENV, OFF, QUIET
 from p2panda_assets.pipeline.spark import JAVA_OPTIONS_ENV, spark_config
 
 
+def driver_options() -> list[str]:
+    return spark_config("local[1]")["spark.driver.extraJavaOptions"].split()
+
+
 def test_the_setting_follows_the_products_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ARCHIVE_ENV, OFF)
     monkeypatch.setenv(JAVA_OPTIONS_ENV, "-Xss4m  -Dsome.flag=1 ")
-    options = spark_config("local[1]")["spark.driver.extraJavaOptions"].split()
+    options = driver_options()
     assert options[:2] == ["-Duser.timezone=UTC", "-XX:+UseParallelGC"]
     assert options[-2:] == ["-Xss4m", "-Dsome.flag=1"]
     monkeypatch.delenv(JAVA_OPTIONS_ENV)
-    without = spark_config("local[1]")["spark.driver.extraJavaOptions"]
-    assert without.split()[-1].startswith("-Dlog4j2.configurationFile=")
+    assert driver_options()[-1].startswith("-Dlog4j2.configurationFile=")
+
+
+def test_a_built_archive_is_mapped_quietly_before_the_settings_options(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    archive = tmp_path / "spark.jsa"
+    monkeypatch.setenv(ARCHIVE_ENV, str(archive))
+    monkeypatch.setenv(JAVA_OPTIONS_ENV, "-Xss4m")
+    assert not any("SharedArchiveFile" in o for o in driver_options())  # not built yet
+    archive.write_bytes(b"")
+    assert driver_options()[-3:] == [f"-XX:SharedArchiveFile={archive}", QUIET, "-Xss4m"]
+    spaced = tmp_path / "a b"
+    spaced.mkdir()
+    (spaced / "spark.jsa").write_bytes(b"")
+    monkeypatch.setenv(ARCHIVE_ENV, str(spaced / "spark.jsa"))
+    assert not any("SharedArchiveFile" in o for o in driver_options())  # Spark would split it

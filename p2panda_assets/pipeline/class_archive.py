@@ -1,0 +1,164 @@
+"""A class-data archive (the JVM's AppCDS) of the Spark driver's classes, so that a new
+driver JVM maps them instead of loading and verifying ~18,000 classes again.
+
+Every `panda materialize`, `panda demo`, resident worker and test session starts a cold
+JVM. On 2 cores (`bench/cold_start.py --samples 2`, pairs in one run), a session's start
+with its Python workers and one job took 13.8 s with the archive against 20.0 s without
+(0.69), and `panda demo` 80.5 s against 87.8 s (0.92). `scripts/setup` builds it once per
+installation (`python -m p2panda_assets.pipeline.class_archive`); without it, Spark
+starts as before.
+
+The JVM checks an archive before it maps it (its own build, the garbage collector, the
+class path's jars) and ignores one that does not match, silently: its warning is turned
+off, since the driver's output is the product's. A *truncated* archive crashes the JVM,
+so one is written under a temporary name and renamed into place only once the JVM that
+wrote it has exited.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import pyarrow as pa
+import pyspark
+from pyspark import SparkContext
+from pyspark.sql import SparkSession, Window
+from pyspark.sql import functions as F
+
+ARCHIVE_ENV = "P2PANDA_CLASS_ARCHIVE"  # a path, or "off"
+OFF = "off"
+# Unified logging of the class-data sharing tags: a mismatched archive is ignored quietly.
+QUIET = "-Xlog:cds*=off"
+DUMP_TIMEOUT = 600  # seconds for the JVM to write the archive as it exits
+
+
+def java_binary() -> Path | None:
+    """The `java` Spark's launcher runs: `$JAVA_HOME/bin/java`, else the one on PATH."""
+    home = os.environ.get("JAVA_HOME")
+    found = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+    return Path(found).resolve() if found and Path(found).exists() else None
+
+
+def archive_path() -> Path | None:
+    """Where this installation's archive is (or would be): P2PANDA_CLASS_ARCHIVE, else
+    under the Python environment, named by what it depends on (the JVM binary and the
+    Spark jars), so that an upgrade of either names a new one. None: turned off, or no
+    Java."""
+    setting = os.environ.get(ARCHIVE_ENV, "")
+    if setting == OFF:
+        return None
+    if setting:
+        return Path(setting)
+    java = java_binary()
+    if java is None:
+        return None
+    stat = java.stat()
+    spark = Path(pyspark.__file__).resolve().parent
+    identity = f"{java}:{stat.st_size}:{stat.st_mtime_ns}:{spark}:{pyspark.__version__}"
+    key = hashlib.sha256(identity.encode()).hexdigest()[:16]
+    return Path(sys.prefix) / "var" / "p2panda-assets" / f"spark-{key}.jsa"
+
+
+def archive_options() -> list[str]:
+    """The driver JVM's options that map the archive, if there is one (Spark splits
+    the options at spaces, so a path with one is not used)."""
+    path = archive_path()
+    if path is None or not path.is_file() or " " in str(path):
+        return []
+    return [f"-XX:SharedArchiveFile={path}", QUIET]
+
+
+def build_archive(path: Path, driver_options: str) -> bool:
+    """Run the Spark work the pipeline does in a driver JVM that writes its loaded
+    classes to `path` as it exits; whether `path` now holds an archive. The session is
+    this process's first and last: the JVM must exit for the archive to be written."""
+    from p2panda_assets.pipeline.spark import build_session, spark_config
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    config = spark_config("local[2]")
+    # Quiet: the dump warns of each class it leaves out (signed jars, generated ones).
+    dump = f"-XX:ArchiveClassesAtExit={partial} {QUIET}"
+    config["spark.driver.extraJavaOptions"] = f"{driver_options} {dump}"
+    spark = build_session(config)
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            exercise(spark, Path(scratch))
+    finally:
+        stop_jvm(spark)
+    if not partial.is_file():
+        return False
+    partial.replace(path)
+    return True
+
+
+def stop_jvm(spark: SparkSession) -> None:
+    """Stop the session and wait for its JVM to exit (it writes the archive then): its
+    launcher exits on the end of its standard input."""
+    gateway = SparkContext._gateway
+    spark.stop()
+    if gateway is None:
+        return
+    gateway.shutdown()
+    process = gateway.proc  # set by pyspark's launch_gateway
+    process.stdin.close()
+    process.wait(timeout=DUMP_TIMEOUT)
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+
+
+def exercise(spark: SparkSession, scratch: Path) -> None:
+    """What a run does, on a few rows: Python workers over Arrow, frames from Arrow,
+    partitioned Parquet written and read, grouping, windows, joins, sorts, collects."""
+    from p2panda_assets.pipeline.spark import warm_up
+
+    warm_up(spark)
+    rows = pa.table(
+        {
+            "schema": ["a", "a", "b", "c"],
+            "seq": pa.array([1, 2, 1, 3], pa.int64()),
+            "payload": [b"x", b"y", None, b"z"],
+            "tags": [["t"], [], None, ["u", "v"]],
+        }
+    )
+    frame = spark.createDataFrame(rows.to_pandas())
+    frame.write.mode("overwrite").partitionBy("schema").parquet(str(scratch / "rows"))
+    stored = spark.read.parquet(str(scratch / "rows"))
+    newest = F.row_number().over(Window.partitionBy("schema").orderBy(F.desc("seq")))
+    latest = stored.withColumn("rank", newest).where(F.col("rank") == 1)
+    counts = stored.groupBy("schema").agg(F.count(F.lit(1)).alias("n"), F.max("seq"))
+    joined = latest.join(counts, "schema", "left").orderBy("schema")
+    joined.collect()
+    joined.toArrow()
+    joined.toPandas()
+    stored.select(F.explode_outer("tags"), F.length("payload")).distinct().count()
+
+
+def main() -> int:
+    """Build this installation's archive unless it is there (`scripts/setup` runs it)."""
+    from p2panda_assets.pipeline.spark import driver_java_options
+
+    path = archive_path()
+    if path is None:
+        print("class archive: off (no Java, or P2PANDA_CLASS_ARCHIVE=off)")
+        return 0
+    if path.is_file():
+        print(f"class archive: {path}")
+        return 0
+    if build_archive(path, driver_java_options(archive=False)):
+        print(f"class archive: built {path}")
+        for older in path.parent.glob("spark-*.jsa"):  # for a Java or Spark replaced since
+            if older != path:
+                older.unlink()
+    else:
+        print("class archive: the JVM wrote none; Spark starts without one", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
