@@ -12,7 +12,7 @@ The JVM checks an archive before it maps it (its own build, the garbage collecto
 class path's jars) and ignores one that does not match, silently: its warning is turned
 off, since the driver's output is the product's. A *truncated* archive crashes the JVM,
 so one is written under a temporary name and renamed into place only once the JVM that
-wrote it has exited.
+wrote it has exited and a new one has mapped it.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -35,6 +36,10 @@ OFF = "off"
 # Unified logging of the class-data sharing tags: a mismatched archive is ignored quietly.
 QUIET = "-Xlog:cds*=off"
 DUMP_TIMEOUT = 600  # seconds for the JVM to write the archive as it exits
+ONE_JOB = (
+    "from p2panda_assets.pipeline.spark import build_session\n"
+    "assert build_session().range(3).count() == 3"
+)
 
 
 def java_binary() -> Path | None:
@@ -76,7 +81,8 @@ def archive_options() -> list[str]:
 def build_archive(path: Path, driver_options: str) -> bool:
     """Run the Spark work the pipeline does in a driver JVM that writes its loaded
     classes to `path` as it exits; whether `path` now holds an archive. The session is
-    this process's first and last: the JVM must exit for the archive to be written."""
+    this process's first and last: the JVM must exit for the archive to be written.
+    It is published only if a new driver maps it (`maps`)."""
     from p2panda_assets.pipeline.spark import build_session, spark_config
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -91,10 +97,30 @@ def build_archive(path: Path, driver_options: str) -> bool:
             exercise(spark, Path(scratch))
     finally:
         stop_jvm(spark)
-    if not partial.is_file():
+    if not partial.is_file() or not maps(partial):
+        partial.unlink(missing_ok=True)
         return False
     partial.replace(path)
     return True
+
+
+def maps(archive: Path) -> bool:
+    """Whether a new driver JVM maps `archive` and runs a job: `-Xshare:on` makes a
+    mismatch fatal rather than ignored. (A dump cut short, say on a full disk, would
+    crash every JVM that mapped it.) In a scratch directory: a crashing JVM leaves its
+    hs_err file there."""
+    from p2panda_assets.pipeline.spark import JAVA_OPTIONS_ENV
+
+    env = {**os.environ, ARCHIVE_ENV: str(archive), JAVA_OPTIONS_ENV: "-Xshare:on"}
+    with tempfile.TemporaryDirectory() as scratch:
+        result = subprocess.run(
+            [sys.executable, "-c", ONE_JOB],
+            env=env,
+            cwd=scratch,
+            capture_output=True,
+            timeout=DUMP_TIMEOUT,
+        )
+    return result.returncode == 0
 
 
 def stop_jvm(spark: SparkSession) -> None:
@@ -149,6 +175,9 @@ def main() -> int:
         return 0
     if path.is_file():
         print(f"class archive: {path}")
+        return 0
+    if " " in str(path):
+        print(f"class archive: none, Spark would split its path at the space: {path}")
         return 0
     if build_archive(path, driver_java_options(archive=False)):
         print(f"class archive: built {path}")

@@ -1,5 +1,6 @@
 """The Spark driver's class archive: where it is, and that a new driver JVM maps the one
-`scripts/setup` built, and ignores, without a word, one that does not fit."""
+`scripts/setup` built, and ignores, without a word, one that does not fit (which setup
+would not publish)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from p2panda_assets.pipeline.class_archive import ARCHIVE_ENV, OFF, archive_path, java_binary
-from p2panda_assets.pipeline.spark import JAVA_OPTIONS_ENV
-
-SESSION = (
-    "from p2panda_assets.pipeline.spark import build_session\n"
-    "spark = build_session(); assert spark.range(3).count() == 3"
+from p2panda_assets.pipeline.class_archive import (
+    ARCHIVE_ENV,
+    OFF,
+    ONE_JOB,
+    archive_path,
+    java_binary,
+    maps,
 )
+from p2panda_assets.pipeline.spark import JAVA_OPTIONS_ENV
 
 
 def test_the_archive_is_named_by_the_java_it_was_built_for(
@@ -40,7 +43,7 @@ def test_the_archive_is_named_by_the_java_it_was_built_for(
 
 def session(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", SESSION], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", ONE_JOB], env=env, capture_output=True, text=True, timeout=300
     )
 
 
@@ -66,3 +69,4 @@ def test_a_new_driver_maps_the_built_archive_and_ignores_one_that_does_not_fit(
     ignored = session({**base, ARCHIVE_ENV: str(garbage)})
     assert ignored.returncode == 0, ignored.stderr[-3000:]
     assert "cds" not in ignored.stdout + ignored.stderr
+    assert not maps(garbage)  # what setup asks before it publishes an archive
