@@ -26,6 +26,26 @@ if TYPE_CHECKING:
 
 DATA = Path(__file__).parent / "data"
 PRODUCT_SCHEMAS = ("p2panda", "p2panda_data", "p2panda_versions", "p2panda_api")
+SLOWEST_FIRST = ("faults", "e2e", "spark")  # markers, by how long their files take
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slowest files first: those with fault tests (minutes each), then end-to-end
+    ones, then Spark ones, then the rest, each file's tests together and in their
+    order. The two workers (`-n 2 --dist loadfile`, pyproject.toml) take whole files in
+    this order, so a long file does not start last and leave one worker alone at the end."""
+
+    def rank(item: pytest.Item) -> int:
+        marks = {mark.name for mark in item.iter_markers()}
+        return next((n for n, mark in enumerate(SLOWEST_FIRST) if mark in marks), 3)
+
+    def file_of(item: pytest.Item) -> str:
+        return item.nodeid.split("::")[0]
+
+    ranks: dict[str, int] = {}
+    for item in items:
+        ranks[file_of(item)] = min(ranks.get(file_of(item), 3), rank(item))
+    items.sort(key=lambda item: ranks[file_of(item)])  # stable: files stay whole, in order
 
 
 @pytest.fixture(scope="session")
