@@ -35,6 +35,7 @@ ARCHIVE_ENV = "P2PANDA_CLASS_ARCHIVE"  # a path, or "off"
 OFF = "off"
 # Unified logging of the class-data sharing tags: a mismatched archive is ignored quietly.
 QUIET = "-Xlog:cds*=off"
+ARCHIVE_DIR = Path(sys.prefix) / "var" / "p2panda-assets"  # the default's directory
 DUMP_TIMEOUT = 600  # seconds for the JVM to write the archive as it exits
 ONE_JOB = (
     "from p2panda_assets.pipeline.spark import build_session\n"
@@ -66,7 +67,7 @@ def archive_path() -> Path | None:
     spark = Path(pyspark.__file__).resolve().parent
     identity = f"{java}:{stat.st_size}:{stat.st_mtime_ns}:{spark}:{pyspark.__version__}"
     key = hashlib.sha256(identity.encode()).hexdigest()[:16]
-    return Path(sys.prefix) / "var" / "p2panda-assets" / f"spark-{key}.jsa"
+    return ARCHIVE_DIR / f"spark-{key}.jsa"
 
 
 def archive_options() -> list[str]:
@@ -78,19 +79,19 @@ def archive_options() -> list[str]:
     return [f"-XX:SharedArchiveFile={path}", QUIET]
 
 
-def build_archive(path: Path, driver_options: str) -> bool:
+def build_archive(path: Path) -> bool:
     """Run the Spark work the pipeline does in a driver JVM that writes its loaded
     classes to `path` as it exits; whether `path` now holds an archive. The session is
     this process's first and last: the JVM must exit for the archive to be written.
     It is published only if a new driver maps it (`maps`)."""
-    from p2panda_assets.pipeline.spark import build_session, spark_config
+    from p2panda_assets.pipeline.spark import build_session, driver_java_options, spark_config
 
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     config = spark_config("local[2]")
     # Quiet: the dump warns of each class it leaves out (signed jars, generated ones).
     dump = f"-XX:ArchiveClassesAtExit={partial} {QUIET}"
-    config["spark.driver.extraJavaOptions"] = f"{driver_options} {dump}"
+    config["spark.driver.extraJavaOptions"] = f"{driver_java_options(archive=False)} {dump}"
     spark = build_session(config)
     try:
         with tempfile.TemporaryDirectory() as scratch:
@@ -167,8 +168,6 @@ def exercise(spark: SparkSession, scratch: Path) -> None:
 
 def main() -> int:
     """Build this installation's archive unless it is there (`scripts/setup` runs it)."""
-    from p2panda_assets.pipeline.spark import driver_java_options
-
     path = archive_path()
     if path is None:
         print("class archive: off (no Java, or P2PANDA_CLASS_ARCHIVE=off)")
@@ -179,11 +178,13 @@ def main() -> int:
     if " " in str(path):
         print(f"class archive: none, Spark would split its path at the space: {path}")
         return 0
-    if build_archive(path, driver_java_options(archive=False)):
+    if build_archive(path):
         print(f"class archive: built {path}")
-        for older in path.parent.glob("spark-*.jsa"):  # for a Java or Spark replaced since
-            if older != path:
-                older.unlink()
+        # Those of a Java or Spark replaced since (not in a directory P2PANDA_CLASS_ARCHIVE names).
+        if path.parent == ARCHIVE_DIR:
+            for older in ARCHIVE_DIR.glob("spark-*.jsa"):
+                if older != path:
+                    older.unlink()
     else:
         print("class archive: the JVM wrote none; Spark starts without one", file=sys.stderr)
     return 0

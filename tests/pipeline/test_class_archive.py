@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from p2panda_assets.pipeline.class_archive import (
+    ARCHIVE_DIR,
     ARCHIVE_ENV,
     OFF,
     ONE_JOB,
@@ -28,7 +29,7 @@ def test_the_archive_is_named_by_the_java_it_was_built_for(
     monkeypatch.delenv(ARCHIVE_ENV, raising=False)
     monkeypatch.delenv("JAVA_HOME", raising=False)
     installed = archive_path()
-    assert installed is not None and installed.parent == Path(sys.prefix) / "var" / "p2panda-assets"
+    assert installed is not None and installed.parent == ARCHIVE_DIR
     other = tmp_path / "jdk" / "bin" / "java"
     other.parent.mkdir(parents=True)
     other.write_bytes(b"another java")
