@@ -139,22 +139,32 @@ def read_new_verified(
 
 
 def current_warehouse(spark: SparkSession, conn: psycopg.Connection) -> Warehouse:
-    """This database's columnar store; verification starts over if its files are gone."""
+    """This database's columnar store; verification starts over if any of its verified
+    batches is gone (the entry store still holds every entry; the steps that read the
+    batches would fail on a missing directory)."""
     state = state_sql.pipeline_state(conn)
     warehouse = Warehouse(warehouse_root(), state.warehouse_token)
-    if not all(exists(spark, path) for path in _newest_paths(warehouse, state)):
+    if _batches_missing(spark, warehouse, state):
         state = state_sql.restart_verification(conn)
         warehouse = Warehouse(warehouse_root(), state.warehouse_token)
     return warehouse
 
 
-def _newest_paths(warehouse: Warehouse, state: state_sql.PipelineState) -> list[str]:
-    """The directories that must be there if the store's files are: the newest batch's
-    (or the compacted one that holds it), and the compacted one."""
-    paths = [] if state.compacted_run is None else [warehouse.compacted(state.compacted_run)]
-    if state.batch > state.compacted_through:
-        paths.append(warehouse.batch(state.batch))
-    return paths
+def _batches_missing(
+    spark: SparkSession, warehouse: Warehouse, state: state_sql.PipelineState
+) -> bool:
+    """Whether a directory the state names is not there: the compacted one, or one of
+    the batches after it. One listing of the entries' directory, not one call per batch
+    (a call per path costs a request each on object stores)."""
+    if state.compacted_run is not None and not exists(
+        spark, warehouse.compacted(state.compacted_run)
+    ):
+        return True
+    if state.batch <= state.compacted_through:
+        return False
+    needed = range(state.compacted_through + 1, state.batch + 1)
+    names = {warehouse.batch(number).rsplit("/", 1)[1] for number in needed}
+    return not names <= set(children(spark, warehouse.entries))
 
 
 def write_compacted(

@@ -18,7 +18,7 @@ from p2panda_assets.engine.corpus import reduce_corpus
 from p2panda_assets.pipeline import index, verify
 from p2panda_assets.pipeline.run import run_pipeline
 from p2panda_assets.pipeline.verify import current_warehouse
-from p2panda_assets.pipeline.warehouse import remove
+from p2panda_assets.pipeline.warehouse import exists, remove
 from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store.catalog import stored_catalog
 from p2panda_assets.store.database import connect, ensure_schema
@@ -114,6 +114,38 @@ def test_a_lost_columnar_store_is_verified_again_and_counted_once(spark, session
         assert count_good_entries(conn) == 1
         assert sorted(stored_catalog(conn).histories[schema.schema_id].versions) == [1]
         expected = reduce_corpus(corpus.pairs, {schema.schema_id})
+        assert pg_accounts(conn) == engine_accounts(expected)
+
+
+def test_an_older_batch_lost_is_verified_again_with_the_rest(spark, session_database):
+    """One verified batch's directory gone, not the newest: verification starts over
+    (the later steps read every batch), and the tables and accounts are the engine's."""
+    corpus = CorpusBuilder()
+    schema = corpus.author(1).schema(7, "holes")
+    schema.migrate(create_field("title", "text"))
+    log = instances(corpus.author(2), 1)
+    first = log.create(schema.ref(), title="first")
+    early = len(corpus.pairs)
+    log.update(schema.ref(), first, title="second")
+    instances(corpus.author(3), 1).create(schema.ref(), title="other")
+    log.update(schema.ref(), first, title="third")
+    *stored, late = corpus.pairs  # arrives after the loss: the next run chains again
+    with empty_store(session_database) as conn:
+        ingest(conn, stored[:early])
+        register(conn, *parse_schema_id(schema.schema_id), None)
+        run_pipeline(spark, conn, session_database)
+        ingest(conn, stored[early:])
+        run_pipeline(spark, conn, session_database)
+        holed = current_warehouse(spark, conn)
+        assert exists(spark, holed.batch(2))
+        remove(spark, holed.batch(1))
+        ingest(conn, [late])
+        run_pipeline(spark, conn, session_database)
+        again = current_warehouse(spark, conn)
+        assert again.token != holed.token
+        assert count_good_entries(conn) == len(corpus.pairs)
+        expected = reduce_corpus(corpus.pairs, {schema.schema_id})
+        assert pg_tables(conn, [schema.schema_id]) == engine_tables(expected)
         assert pg_accounts(conn) == engine_accounts(expected)
 
 
