@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 from p2panda_assets.engine.cascade import cascade_fields
 from p2panda_assets.engine.corpus import (
     Catalog,
+    ChainedLog,
     applied_if_live,
     reduce_instance_log,
     reduction_accounts,
@@ -88,10 +89,11 @@ def reduce_rows(catalog: Catalog, rows: list[Row], built_batch: int | None = Non
     entries = [row for row in rows if row["owner_author"] is None]
     try:
         owners = _owners(rows).get
-        reduction = reduce_instance_log(catalog, schema_id, items_log(entries), owners)
+        log = items_log(entries)
+        reduction = reduce_instance_log(catalog, schema_id, log, owners)
         out = [instance_row(catalog, schema_id, i) for i in reduction.instances.values()]
         if built_batch is not None:
-            out += _before_rows(catalog, schema_id, entries, built_batch, owners)
+            out += _before_rows(catalog, schema_id, log, entries, built_batch, owners)
     except Exception as error:  # one log's failure fails only its schema
         detail = "".join(traceback.format_exception_only(error)).strip()
         return [{"row_type": "error", "schema": schema_id, "message": detail}]
@@ -115,17 +117,20 @@ def _owners(rows: list[Row]) -> dict[bytes, tuple[bytes, int]]:
 def _before_rows(
     catalog: Catalog,
     schema_id: str,
+    log: ChainedLog,
     rows: list[Row],
     built_batch: int,
     owners: OwnerLookup,
 ) -> list[Row]:
     """The instances as the messages of batches up to `built_batch` made them. A log's
     messages of later batches all follow its earlier ones (the chain only grows), so
-    this is the reduction of a prefix of the log."""
-    earlier = [row for row in rows if cast(int, row["batch"]) <= built_batch]
+    this is the reduction of a prefix of `log` (its messages decoded once, for both
+    reductions: they are immutable)."""
+    earlier = {cast(bytes, row["hash"]) for row in rows if cast(int, row["batch"]) <= built_batch}
     if not earlier:
         return []
-    reduction = reduce_instance_log(catalog, schema_id, items_log(earlier), owners)
+    prefix = ChainedLog(log.author, log.log_id, [i for i in log.items if i[1] in earlier], {})
+    reduction = reduce_instance_log(catalog, schema_id, prefix, owners)
     return [
         {
             "row_type": "before",
