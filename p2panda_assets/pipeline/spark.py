@@ -55,18 +55,35 @@ def shuffle_partitions_for(entries: int) -> int:
     return max(1, min(most_shuffle_partitions(), wanted))
 
 
+# The session setting that says how many verified entries the running step is sized for
+# (unset outside `shuffles_sized_for`).
+SIZED_FOR_KEY = "spark.p2panda.sizedForEntries"
+
+# Up to this many verified entries, a step's narrow frames (accounts, deleted sets) are
+# small: `copy.copy_frame` writes them from the driver.
+DRIVER_COPY_MAX_ENTRIES = ENTRIES_PER_SHUFFLE_PARTITION
+
+
 @contextmanager
 def shuffles_sized_for(spark: SparkSession, entries: int) -> Iterator[None]:
-    """Run the block with `shuffle_partitions_for(entries)` shuffle partitions (a
-    setting of the session, put back after: the resident worker's session outlives
-    the run)."""
+    """Run the block with `shuffle_partitions_for(entries)` shuffle partitions and
+    `entries` recorded as `SIZED_FOR_KEY` (settings of the session, put back after: the
+    resident worker's session outlives the run)."""
     key = "spark.sql.shuffle.partitions"
     before = spark.conf.get(key) or str(most_shuffle_partitions())
     spark.conf.set(key, str(shuffle_partitions_for(entries)))
+    spark.conf.set(SIZED_FOR_KEY, str(entries))
     try:
         yield
     finally:
         spark.conf.set(key, before)
+        spark.conf.unset(SIZED_FOR_KEY)
+
+
+def sized_for_the_driver(spark: SparkSession) -> bool:
+    """Whether the running step is sized for at most `DRIVER_COPY_MAX_ENTRIES` entries."""
+    entries = spark.conf.get(SIZED_FOR_KEY, None)
+    return entries is not None and int(entries) <= DRIVER_COPY_MAX_ENTRIES
 
 
 # The heap of the JVM that runs the driver and, on `local[*]`, the executors. 512m holds a
