@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -40,6 +42,22 @@ def prepare_environment() -> str:
         with resources.as_file(resources.files("p2panda_assets") / "dagster.yaml") as template:
             shutil.copyfile(template, config)
     return url
+
+
+@contextmanager
+def a_short_run() -> Iterator[None]:
+    """Around a command that starts its own Spark session for a few runs (`panda
+    materialize`): the driver JVM compiled for the store's size
+    (`compiled_for_a_short_run`)."""
+    from p2panda_assets.pipeline.spark import compiled_for_a_short_run
+    from p2panda_assets.store.pipeline_state import entries_at_most
+
+    prepare_environment()
+    with connect(autocommit=True) as conn:
+        ensure_schema(conn)
+        entries = entries_at_most(conn)
+    with compiled_for_a_short_run(entries):
+        yield
 
 
 def add_partition(schema_id: str) -> None:

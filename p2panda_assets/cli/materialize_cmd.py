@@ -29,8 +29,15 @@ def run_materialize(args: argparse.Namespace) -> int:
     """One line per schema on stdout (and one more if nothing was new, so no run was
     launched); one `error: <reason>: ...` line on stderr per schema whose build failed
     (the others are built all the same), then exit 1."""
-    if args.as_of_version is not None:
-        return run_as_of(args)
+    from p2panda_assets.orchestration import a_short_run
+
+    with a_short_run():
+        if args.as_of_version is not None:
+            return run_as_of(args)
+        return run_current(args)
+
+
+def run_current(args: argparse.Namespace) -> int:
     from p2panda_assets.orchestration import materialize
     from p2panda_assets.store.database import connect
     from p2panda_assets.store.registry import registered_schemas

@@ -124,6 +124,36 @@ def spark_config(master: str | None = None) -> dict[str, Any]:
     }
 
 
+# A `panda materialize` of a small store starts a JVM for a few small runs: C2 compiles
+# more of Spark than those runs gain from (its threads share the cores with the
+# executors). C1 alone, there: 46.5-53.0 s against 54.2-62.2 s for a cold `panda
+# materialize` of 123 entries in 3 schemas (2 cores; three pairs in turn, ratios 0.81-0.95,
+# C1 forced off by `-XX:TieredStopAtLevel=4` in P2PANDA_SPARK_JAVA_OPTIONS). A session that
+# lives for many runs (the resident worker, tests) or a large store keeps both compilers:
+# C1 alone made later runs of a warm session ~30 % slower, and 1M entries 22 % slower
+# (deploy/README.md).
+SHORT_RUN_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+SHORT_RUN_MAX_ENTRIES = ENTRIES_PER_SHUFFLE_PARTITION
+
+
+@contextmanager
+def compiled_for_a_short_run(entries: int) -> Iterator[None]:
+    """Around a command that starts its JVM for a few runs on a store of at most
+    `entries` entries: C1 alone if the store is small (`SHORT_RUN_MAX_ENTRIES`), by
+    P2PANDA_SPARK_JAVA_OPTIONS (put back after). The user's options there come after
+    it, so they can say otherwise."""
+    given = os.environ.get(JAVA_OPTIONS_ENV)
+    if entries <= SHORT_RUN_MAX_ENTRIES:
+        os.environ[JAVA_OPTIONS_ENV] = f"{SHORT_RUN_JAVA_OPTIONS} {given or ''}".strip()
+    try:
+        yield
+    finally:
+        if given is None:
+            os.environ.pop(JAVA_OPTIONS_ENV, None)
+        else:
+            os.environ[JAVA_OPTIONS_ENV] = given
+
+
 def driver_java_options(archive: bool = True) -> str:
     """The driver JVM's options: the product's, this installation's class archive (if
     `archive` and one is built: `class_archive`), then P2PANDA_SPARK_JAVA_OPTIONS."""

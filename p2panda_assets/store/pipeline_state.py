@@ -435,6 +435,13 @@ def count_good_entries(conn: psycopg.Connection) -> int:
     return int(row[0]) if row else 0
 
 
+def entries_at_most(conn: psycopg.Connection) -> int:
+    """An upper bound of the entries stored, read from an index's end: the last
+    `ingest_seq` handed out (a failed ingest leaves gaps)."""
+    row = conn.execute("SELECT coalesce(max(ingest_seq), 0) FROM p2panda.entries").fetchone()
+    return int(row[0]) if row else 0
+
+
 def count_logs(conn: psycopg.Connection) -> int:
     row = conn.execute("SELECT count(*) FROM p2panda.logs").fetchone()
     return int(row[0]) if row else 0

@@ -3,12 +3,19 @@ P2PANDA_SPARK_JAVA_OPTIONS."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from p2panda_assets.pipeline.class_archive import ARCHIVE_ENV, OFF, QUIET
-from p2panda_assets.pipeline.spark import JAVA_OPTIONS_ENV, spark_config
+from p2panda_assets.pipeline.spark import (
+    JAVA_OPTIONS_ENV,
+    SHORT_RUN_JAVA_OPTIONS,
+    SHORT_RUN_MAX_ENTRIES,
+    compiled_for_a_short_run,
+    spark_config,
+)
 
 
 def driver_options() -> list[str]:
@@ -39,3 +46,22 @@ def test_a_built_archive_is_mapped_quietly_before_the_settings_options(
     (spaced / "spark.jsa").write_bytes(b"")
     monkeypatch.setenv(ARCHIVE_ENV, str(spaced / "spark.jsa"))
     assert not any("SharedArchiveFile" in o for o in driver_options())  # Spark would split it
+
+
+def test_a_short_run_on_a_small_store_compiles_with_c1_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`panda materialize` on a store of at most SHORT_RUN_MAX_ENTRIES: C1 alone, before
+    the user's options (so they can say otherwise), and the setting put back after."""
+    monkeypatch.setenv(ARCHIVE_ENV, OFF)
+    monkeypatch.setenv(JAVA_OPTIONS_ENV, "-XX:TieredStopAtLevel=4")
+    with compiled_for_a_short_run(SHORT_RUN_MAX_ENTRIES):
+        assert driver_options()[-2:] == [SHORT_RUN_JAVA_OPTIONS, "-XX:TieredStopAtLevel=4"]
+    assert driver_options()[-1] == "-XX:TieredStopAtLevel=4"
+    monkeypatch.delenv(JAVA_OPTIONS_ENV)
+    with compiled_for_a_short_run(0):
+        assert driver_options()[-1] == SHORT_RUN_JAVA_OPTIONS
+    assert JAVA_OPTIONS_ENV not in os.environ
+    with compiled_for_a_short_run(SHORT_RUN_MAX_ENTRIES + 1):
+        assert SHORT_RUN_JAVA_OPTIONS not in driver_options()
+    assert JAVA_OPTIONS_ENV not in os.environ

@@ -8,14 +8,17 @@ import pytest
 
 from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.store.database import connect, ensure_schema
+from p2panda_assets.store.ingest import ingest
 from p2panda_assets.store.pipeline_state import (
     LOCK_WAIT_ENV,
     PIPELINE_LOCK,
+    entries_at_most,
     hold_pipeline_lock,
     keep_layer_digests,
     layer_digests,
     release_pipeline_lock,
 )
+from p2panda_assets.testing.builder import CorpusBuilder, create_field
 
 pytestmark = pytest.mark.postgres
 
@@ -75,3 +78,20 @@ def test_layer_sums_are_kept_exactly_and_forgotten_with_their_layers(conn) -> No
         "new": [],
         "newer": [("s-1", True, 2, 1, 5)],
     }
+
+
+def test_entries_at_most_is_the_count_of_a_store_without_gaps_and_a_bound_with_them(
+    database_url,
+) -> None:
+    builder = CorpusBuilder()
+    builder.author(1).schema(1).migrate(create_field("title", "text"))
+    builder.author(2).schema(2).migrate(create_field("title", "text"))
+    with connect(database_url, autocommit=True) as conn:
+        ensure_schema(conn)
+        assert entries_at_most(conn) == 0
+        ingest(conn, builder.pairs[:1])
+        assert entries_at_most(conn) == 1
+        conn.execute("SELECT nextval(pg_get_serial_sequence('p2panda.entries', 'ingest_seq'))")
+        ingest(conn, builder.pairs[1:])  # after a gap (a failed ingest's numbers)
+        count = conn.execute("SELECT count(*) FROM p2panda.entries").fetchone()[0]
+        assert entries_at_most(conn) == count + 1 == len(builder.pairs) + 1
