@@ -59,31 +59,52 @@ def shuffle_partitions_for(entries: int) -> int:
 # (unset outside `shuffles_sized_for`).
 SIZED_FOR_KEY = "spark.p2panda.sizedForEntries"
 
-# Up to this many verified entries, a step's narrow frames (accounts, deleted sets) are
-# small: `copy.copy_frame` writes them from the driver.
-DRIVER_COPY_MAX_ENTRIES = ENTRIES_PER_SHUFFLE_PARTITION
+# A store of at most this many verified entries is small: its steps shuffle into one
+# partition, plan without adaptive query execution, and write their narrow frames
+# (accounts, deleted sets) from the driver (`copy.copy_frame`).
+SMALL_STORE_ENTRIES = ENTRIES_PER_SHUFFLE_PARTITION
+
+
+def step_settings(entries: int) -> dict[str, str]:
+    """The session settings of a step on a store of `entries` verified entries.
+
+    Adaptive query execution re-plans a query at each shuffle and broadcast, stage by
+    stage: what it gains (coalesced partitions, joins turned to broadcasts, split skew)
+    is nothing on a small store, whose shuffles have one partition, and it costs each
+    of a run's dozen queries time in the driver. Off for a small store: twelve runs of a
+    growing 123-entry store took 91.2 and 88.9 s against 100.7 and 102.1 s with it
+    (pairs in turn, 2 cores, a warm session)."""
+    settings = {
+        "spark.sql.shuffle.partitions": str(shuffle_partitions_for(entries)),
+        SIZED_FOR_KEY: str(entries),
+    }
+    if entries <= SMALL_STORE_ENTRIES:
+        settings["spark.sql.adaptive.enabled"] = "false"
+    return settings
 
 
 @contextmanager
 def shuffles_sized_for(spark: SparkSession, entries: int) -> Iterator[None]:
-    """Run the block with `shuffle_partitions_for(entries)` shuffle partitions and
-    `entries` recorded as `SIZED_FOR_KEY` (settings of the session, put back after: the
-    resident worker's session outlives the run)."""
-    key = "spark.sql.shuffle.partitions"
-    before = spark.conf.get(key) or str(most_shuffle_partitions())
-    spark.conf.set(key, str(shuffle_partitions_for(entries)))
-    spark.conf.set(SIZED_FOR_KEY, str(entries))
+    """Run the block with the `step_settings` for `entries` (settings of the session,
+    put back after: the resident worker's session outlives the run)."""
+    settings = step_settings(entries)
+    before = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
     try:
         yield
     finally:
-        spark.conf.set(key, before)
-        spark.conf.unset(SIZED_FOR_KEY)
+        for key, was in before.items():
+            if was is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, was)
 
 
 def sized_for_the_driver(spark: SparkSession) -> bool:
-    """Whether the running step is sized for at most `DRIVER_COPY_MAX_ENTRIES` entries."""
+    """Whether the running step is sized for a small store (`SMALL_STORE_ENTRIES`)."""
     entries = spark.conf.get(SIZED_FOR_KEY, None)
-    return entries is not None and int(entries) <= DRIVER_COPY_MAX_ENTRIES
+    return entries is not None and int(entries) <= SMALL_STORE_ENTRIES
 
 
 # The heap of the JVM that runs the driver and, on `local[*]`, the executors. 512m holds a
@@ -133,7 +154,7 @@ def spark_config(master: str | None = None) -> dict[str, Any]:
 # C1 alone made later runs of a warm session ~30 % slower, and 1M entries 22 % slower
 # (deploy/README.md).
 SHORT_RUN_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
-SHORT_RUN_MAX_ENTRIES = ENTRIES_PER_SHUFFLE_PARTITION
+SHORT_RUN_MAX_ENTRIES = SMALL_STORE_ENTRIES
 
 
 @contextmanager

@@ -1,5 +1,6 @@
-"""The driver JVM's options: the product's own, the class archive if one is built, then
-P2PANDA_SPARK_JAVA_OPTIONS."""
+"""The driver JVM's options (the product's own, the class archive if one is built, C1
+alone for a short run on a small store, then P2PANDA_SPARK_JAVA_OPTIONS) and the session
+settings of a pipeline step by the store's size."""
 
 from __future__ import annotations
 
@@ -13,8 +14,11 @@ from p2panda_assets.pipeline.spark import (
     JAVA_OPTIONS_ENV,
     SHORT_RUN_JAVA_OPTIONS,
     SHORT_RUN_MAX_ENTRIES,
+    SIZED_FOR_KEY,
+    SMALL_STORE_ENTRIES,
     compiled_for_a_short_run,
     spark_config,
+    step_settings,
 )
 
 
@@ -65,3 +69,20 @@ def test_a_short_run_on_a_small_store_compiles_with_c1_alone(
     with compiled_for_a_short_run(SHORT_RUN_MAX_ENTRIES + 1):
         assert SHORT_RUN_JAVA_OPTIONS not in driver_options()
     assert JAVA_OPTIONS_ENV not in os.environ
+
+
+def test_a_step_on_a_small_store_has_one_shuffle_partition_and_no_adaptive_planning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("P2PANDA_SHUFFLE_PARTITIONS", "8")
+    small = step_settings(SMALL_STORE_ENTRIES)
+    assert small == {
+        "spark.sql.shuffle.partitions": "1",
+        SIZED_FOR_KEY: str(SMALL_STORE_ENTRIES),
+        "spark.sql.adaptive.enabled": "false",
+    }
+    large = step_settings(4 * SMALL_STORE_ENTRIES + 1)
+    assert large == {
+        "spark.sql.shuffle.partitions": "5",
+        SIZED_FOR_KEY: str(4 * SMALL_STORE_ENTRIES + 1),
+    }
