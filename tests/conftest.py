@@ -1,8 +1,9 @@
-"""Shared fixtures: the p2panda-js vectors, a private `$P2PANDA_HOME` per test, and a real
-PostgreSQL (the embedded server in a temporary `$P2PANDA_HOME`, stopped at the end, or the
-server `P2PANDA_DATABASE_URL` names), in a database of the tests' own that is dropped
-after the session; each test that asks for `database_url` starts from empty schemas; and
-one local Spark session for every Spark test."""
+"""Shared fixtures: the p2panda-js vectors, a `$P2PANDA_HOME` for the session and a
+private one for each test that asks, a real PostgreSQL (the embedded server in a
+temporary `$P2PANDA_HOME`, stopped at the end, or the server `P2PANDA_DATABASE_URL`
+names), in a database of the tests' own that is dropped after the session; each test
+that asks for `database_url` starts from empty schemas; and one local Spark session for
+every Spark test."""
 
 from __future__ import annotations
 
@@ -51,6 +52,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def vectors() -> dict:
     return json.loads((DATA / "p2panda-vectors.json").read_text())
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A `$P2PANDA_HOME` for the tests that name none: what they write under it (the
+    columnar store of `run_pipeline`, the Dagster home of an in-process `panda`) stays
+    out of the checkout and goes with the session's temporary files."""
+    home = tmp_path_factory.mktemp("p2panda-home")
+    before = os.environ.get("P2PANDA_HOME")
+    os.environ["P2PANDA_HOME"] = str(home)
+    yield home
+    if before is None:
+        os.environ.pop("P2PANDA_HOME", None)
+    else:
+        os.environ["P2PANDA_HOME"] = before
 
 
 @pytest.fixture
