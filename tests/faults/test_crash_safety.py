@@ -27,6 +27,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from bench.materialize_cold import small_corpus
 from p2panda_assets.engine.corpus import Corpus, reduce_corpus
 from p2panda_assets.failpoints import FAILPOINT_DIR_ENV, FAILPOINT_ENV, Failpoint
 from p2panda_assets.pipeline.index import APPEND_MIN_ENV, MAX_LAYERS
@@ -35,7 +36,6 @@ from p2panda_assets.store.database import ensure_schema
 from p2panda_assets.store.embedded import ensure_embedded, stop_embedded
 from p2panda_assets.store.ingest import ingest
 from p2panda_assets.store.registry import register
-from p2panda_assets.testing.builder import CorpusBuilder, create_field, instances
 from tests.pipeline.compare import engine_accounts, engine_tables, pg_accounts, pg_tables
 from tests.postgres import embedded_home
 
@@ -57,35 +57,10 @@ class Story:
 
 def story() -> Story:
     """Three schemas, mail relating to profile with a cascade, forty authors' logs with
-    creates, updates and deletes (some deletes cascading), a migration after data."""
-    builder = CorpusBuilder()
-    owner = builder.author(1)
-    profile, mail, note = owner.schema(1, "profile"), owner.schema(2, "mail"), owner.schema(3)
-    profile.migrate(create_field("name", "varchar"))
-    mail.migrate(
-        create_field("subject", "text"),
-        create_field("to", "relation", schema=profile.log_ref, cascade=True),
-    )
-    note.migrate(create_field("body", "text"), create_field("stars", "integer"))
-    people = []
-    for n in range(20):
-        log = instances(builder.author(100 + n), 1)
-        person = log.create(profile.ref(), name=f"person {n}")
-        if n % 3 == 0:
-            log.update(profile.ref(), person, name=f"person {n}, renamed")
-        people.append((log, person))
-    for n in range(20):
-        letters = instances(builder.author(200 + n), 1)
-        for k in range(3):
-            letters.create(mail.ref(), subject=f"mail {n}.{k}", to=people[(n + k) % 20][1])
-        notes = instances(builder.author(200 + n), 2)
-        kept = notes.create(note.ref(), body=f"note {n}", stars=n)
-        if n % 4 == 0:
-            notes.delete(kept)
-    for log, person in people[::5]:
-        log.delete(person)  # cascades through mail
-    note.migrate(create_field("tags", "text[]", default=["none"]))
-    return Story(builder.pairs, [profile.schema_id, mail.schema_id, note.schema_id])
+    creates, updates and deletes (some deletes cascading), a migration after data: the
+    corpus `bench/materialize_cold.py` times a cold `panda materialize` of."""
+    pairs, schema_ids = small_corpus()
+    return Story(pairs, schema_ids)
 
 
 @pytest.fixture(scope="module")
