@@ -72,8 +72,9 @@ def step_settings(entries: int) -> dict[str, str]:
     stage: what it gains (coalesced partitions, joins turned to broadcasts, split skew)
     is nothing on a small store, whose shuffles have one partition, and it costs each
     of a run's dozen queries time in the driver. Off for a small store: twelve runs of a
-    growing 123-entry store took 91.2 and 88.9 s against 100.7 and 102.1 s with it
-    (pairs in turn, 2 cores, a warm session)."""
+    growing 123-entry store, each way in a new process, took 91.2 and 88.9 s against
+    100.7 and 102.1 s with it; in one warmed session (`bench/small_runs.py --pairs 2`)
+    47.7 and 60.9 s against 61.3 and 60.8 s (2 cores, pairs in turn)."""
     settings = {
         "spark.sql.shuffle.partitions": str(shuffle_partitions_for(entries)),
         SIZED_FOR_KEY: str(entries),
