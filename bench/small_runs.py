@@ -82,7 +82,7 @@ def main() -> None:
             print(f"warm-up: {sum(growing_runs(spark, url, args.steps)):.1f} s", flush=True)
             for pair in range(args.pairs):
                 for way in ("product", "adaptive") if pair % 2 == 0 else ("adaptive", "product"):
-                    spark_settings.step_settings = ways[way]  # shuffles_sized_for calls it
+                    spark_settings.step_settings = ways[way]  # sized_for_the_store calls it
                     runs = growing_runs(spark, url, args.steps)
                     figures[way].append(runs)
                     print(f"pair {pair + 1}, {way}: {sum(runs):.1f} s", flush=True)

@@ -55,7 +55,7 @@ from p2panda_assets.errors import P2pandaError, Pending, Reason
 from p2panda_assets.failpoints import Failpoint, failpoint
 from p2panda_assets.pipeline.copy import ACCOUNT_COLUMNS, Target, copy_frame
 from p2panda_assets.pipeline.groups import Row, arrow_schema, map_groups
-from p2panda_assets.pipeline.spark import shuffles_sized_for
+from p2panda_assets.pipeline.spark import sized_for_the_store
 from p2panda_assets.pipeline.verify import (
     compact_verified,
     current_warehouse,
@@ -358,7 +358,7 @@ def run_index(spark: SparkSession, conn: psycopg.Connection, url: str) -> IndexR
     try:
         verified = verify_new_entries(spark, conn, url)
         good = state_sql.count_good_entries(conn)
-        with shuffles_sized_for(spark, good):
+        with sized_for_the_store(spark, good):
             return _run_index(spark, conn, url, verified, good)
     finally:
         state_sql.release_pipeline_lock(conn)

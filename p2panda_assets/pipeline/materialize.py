@@ -54,7 +54,7 @@ from p2panda_assets.pipeline.increments import (
 )
 from p2panda_assets.pipeline.index import IndexResult
 from p2panda_assets.pipeline.reduction import reduce_logs, with_owners
-from p2panda_assets.pipeline.spark import shuffles_sized_for
+from p2panda_assets.pipeline.spark import sized_for_the_store
 from p2panda_assets.protocol.ids import checked_schema_id
 from p2panda_assets.statuses import Assignment, BuildStatus
 from p2panda_assets.store import tables
@@ -91,7 +91,7 @@ def materialize_schemas(
     processes wait for this one."""
     hold_pipeline_lock(conn)
     try:
-        with shuffles_sized_for(spark, count_good_entries(conn)):
+        with sized_for_the_store(spark, count_good_entries(conn)):
             return _materialize(spark, conn, url, index, index.catalog, schema_ids, None)
     finally:
         release_pipeline_lock(conn)
@@ -109,7 +109,7 @@ def materialize_version(
     """Build `schema_id` as it was at `version` (`catalog` holds its log cut there)."""
     hold_pipeline_lock(conn)
     try:
-        with shuffles_sized_for(spark, count_good_entries(conn)):
+        with sized_for_the_store(spark, count_good_entries(conn)):
             return _materialize(spark, conn, url, index, catalog, [schema_id], version)[0]
     finally:
         release_pipeline_lock(conn)

@@ -56,7 +56,7 @@ def shuffle_partitions_for(entries: int) -> int:
 
 
 # The session setting that says how many verified entries the running step is sized for
-# (unset outside `shuffles_sized_for`).
+# (unset outside `sized_for_the_store`).
 SIZED_FOR_KEY = "spark.p2panda.sizedForEntries"
 
 # A store of at most this many verified entries is small: its steps shuffle into one
@@ -85,7 +85,7 @@ def step_settings(entries: int) -> dict[str, str]:
 
 
 @contextmanager
-def shuffles_sized_for(spark: SparkSession, entries: int) -> Iterator[None]:
+def sized_for_the_store(spark: SparkSession, entries: int) -> Iterator[None]:
     """Run the block with the `step_settings` for `entries` (settings of the session,
     put back after: the resident worker's session outlives the run)."""
     settings = step_settings(entries)
