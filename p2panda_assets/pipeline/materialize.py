@@ -53,7 +53,7 @@ from p2panda_assets.pipeline.increments import (
     touched_messages,
 )
 from p2panda_assets.pipeline.index import IndexResult
-from p2panda_assets.pipeline.reduction import reduce_logs, with_owners
+from p2panda_assets.pipeline.reduction import reduce_instance_logs
 from p2panda_assets.pipeline.spark import sized_for_the_store
 from p2panda_assets.protocol.ids import checked_schema_id
 from p2panda_assets.statuses import Assignment, BuildStatus
@@ -298,12 +298,20 @@ def _build(
                 F.col("schema").isin(schema_ids)
                 & (F.col("assignment") == Assignment.ASSIGNED.value)
             )
-            # Every row of every table, pickled: on disk, not in the JVM's heap.
-            reduced = reduce_logs(with_owners(items, decoded), broadcast).persist(
-                StorageLevel.DISK_ONLY
-            )
+            reduced, errors = reduce_instance_logs(items, decoded, broadcast, ["error"])
+            ok = _fail_errors(conn, errors, by_id, as_of)
             _write(
-                spark, conn, url, catalog, reduced, by_id, stages, accounts, deleted_stage, as_of
+                spark,
+                conn,
+                url,
+                catalog,
+                reduced,
+                ok,
+                by_id,
+                stages,
+                accounts,
+                deleted_stage,
+                as_of,
             )
         tables.index_shared_stage(conn, accounts)
         tables.index_shared_stage(conn, deleted_stage)
@@ -406,9 +414,11 @@ def _build_increments(
     try:
         keys = new_keys(decoded, min(plan.increments.values())) | deleted_anew
         keys |= reached_rows(conn, catalog, list(by_id), keys)
-        touched = with_owners(touched_messages(decoded, plan.increments, keys), decoded, keys)
-        reduced = reduce_logs(touched, broadcast, incremental=True).persist(StorageLevel.DISK_ONLY)
-        ok, again, before = _reduced_again(conn, reduced, by_id)
+        touched = touched_messages(decoded, plan.increments, keys)
+        reduced, rows = reduce_instance_logs(
+            touched, decoded, broadcast, ["error", "instance", "before"], incremental=True
+        )
+        ok, again, before = _reduced_again(conn, rows, by_id)
         targets = {t for s in ok for t in cascade_targets(catalog, s) if t is not None}
         stored = _stored_deleted(conn, sorted(targets | set(ok)))
         deleted_now, whole = _settle_cascades(catalog, ok, again, stored)
@@ -460,18 +470,12 @@ ByInstance = dict[str, dict[bytes, Again]]  # schema -> instance id -> how it re
 
 
 def _reduced_again(
-    conn: psycopg.Connection, reduced: DataFrame, by_id: dict[str, Outcome]
+    conn: psycopg.Connection, rows: list[Row], by_id: dict[str, Outcome]
 ) -> tuple[list[str], ByInstance, ByInstance]:
     """The schemas whose logs all reduced (the others fail, `_fail_errors`), and
     their instances reduced again: as all their messages make them, and as the messages
-    the table was built from made them (`before`). One Spark job: on the small stores of
-    the sensors' runs, each job costs ~0.15 s (bench/latency.py)."""
-    columns = ("row_type", "schema", "hash", "deleted", "cascade_target", "cascade_ref")
-    rows = (
-        reduced.filter(F.col("row_type").isin("error", "instance", "before"))
-        .select(*columns, "fell_back", "message")
-        .collect()
-    )
+    the table was built from made them (`before`), from the reduction's collected
+    `error`, `instance` and `before` rows."""
     ok = _fail_errors(conn, [r for r in rows if r["row_type"] == "error"], by_id, None)
     again: ByInstance = {s: {} for s in ok}
     before: ByInstance = {s: {} for s in ok}
@@ -556,14 +560,15 @@ def _write(
     url: str,
     catalog: Catalog,
     reduced: DataFrame,
+    ok: list[str],
     by_id: dict[str, Outcome],
     stages: dict[str, Stage],
     accounts: Stage,
     deleted_stage: Stage,
     as_of: int | None,
 ) -> None:
-    """Cascades, then the live rows, the accounts and the deleted sets into staging."""
-    ok = _fail_reductions(conn, reduced, by_id, as_of)
+    """Cascades, then the live rows, the accounts and the deleted sets into staging, of
+    the schemas `ok` (whose logs all reduced)."""
     instances = reduced.filter((F.col("row_type") == "instance") & F.col("schema").isin(ok))
     deleted = _cascade(spark, conn, catalog, instances, ok)
     flagged = _flag_live(instances, deleted)
@@ -592,14 +597,6 @@ def _write(
             url,
             Target.into(deleted_stage, (("schema_id", "text"), ("instance_id", "bytea"))),
         )
-
-
-def _fail_reductions(
-    conn: psycopg.Connection, reduced: DataFrame, by_id: dict[str, Outcome], as_of: int | None
-) -> list[str]:
-    """Fail the schemas a log of which could not be reduced; the others, still to build."""
-    errors = reduced.filter(F.col("row_type") == "error").select("schema", "message").collect()
-    return _fail_errors(conn, errors, by_id, as_of)
 
 
 def _fail_errors(

@@ -224,3 +224,48 @@ def test_the_sensors_find_a_revert_the_pipeline_verified(
             ("schema-migration",),
             ("schema-revert",),
         ]
+
+
+def test_updates_of_instances_from_other_logs_are_rejected_with_the_engines_reasons(
+    spark, session_database
+):
+    """The reduction looks up an instance's owner only for an update or delete of an
+    instance its log did not create: such a log is reduced a second time, with the
+    owners it looked up. Each reason below depends on the owner, so the accounts show
+    that the second pass ran, in a whole build and in an increment."""
+    corpus = CorpusBuilder()
+    owner = corpus.author(1)
+    notes = owner.schema(7, "notes")
+    notes.migrate(create_field("title", "text"))
+    tags = owner.schema(8, "tags")
+    tags.migrate(create_field("title", "text"))
+    alice, bob = instances(corpus.author(2), 1), instances(corpus.author(3), 1)
+    note = alice.create(notes.ref(), title="alice's")
+    for number in range(4):  # the later messages stay under half of the schema's
+        alice.create(notes.ref(), title=f"another {number}")
+    her_update = alice.update(notes.ref(), note, title="her own")
+    tag = instances(alice.owner, 2).create(tags.ref(), title="alice's tag")
+    first = {"not-author": instances(bob.owner, 2).delete(tag, tags.ref())}
+    whole = len(corpus.pairs)
+    later = {
+        "not-author": bob.update(notes.ref(), note, title="bob's"),
+        "wrong-schema": alice.update(notes.ref(), tag, title="from another log"),
+        "unknown-instance": bob.delete(her_update, notes.ref()),
+    }
+    registered = {notes.schema_id, tags.schema_id}
+    with empty_store(session_database) as conn:
+        for schema_id in sorted(registered):
+            register(conn, *parse_schema_id(schema_id), None)
+        for pairs, rejected, incremental in (
+            (corpus.pairs[:whole], first, False),
+            (corpus.pairs, later, True),
+        ):
+            ingest(conn, pairs)
+            outcomes = {o.schema_id: o for o in run_pipeline(spark, conn, session_database)}
+            assert outcomes[notes.schema_id].incremental is incremental
+            expected = reduce_corpus(pairs, registered)
+            assert pg_tables(conn, sorted(registered)) == engine_tables(expected)
+            accounts = pg_accounts(conn)
+            assert accounts == engine_accounts(expected)
+            for reason, entry_hash in rejected.items():
+                assert accounts[entry_hash.hex()][1:3] == ("rejected", reason)
