@@ -2,7 +2,8 @@
 
 One Spark pass over the entries ingested since the last one (`ingest_seq` above the
 progress row's mark): each task reads its range of them from PostgreSQL by binary COPY,
-runs the engine's `check_record` and indexes the message of every entry that passes.
+runs the engine's `check_record` and indexes the message of every entry that passes
+(or keeps why its payload does not decode: chaining then decodes no payload again).
 The result is appended to the columnar store as one batch, where the later steps read
 it. PostgreSQL gets only what is read there without Spark: the accounts of the rejected
 entries, and the index rows of the schema messages (the sensors find reverts in them).
@@ -30,7 +31,7 @@ from p2panda_assets.failpoints import Failpoint, failpoint
 from p2panda_assets.pipeline.copy import ACCOUNT_COLUMNS, Target, copy_frame, copy_rows
 from p2panda_assets.pipeline.groups import arrow_schema
 from p2panda_assets.pipeline.warehouse import Warehouse, children, exists, remove, warehouse_root
-from p2panda_assets.protocol.message_index import message_index
+from p2panda_assets.protocol.message_index import indexed_message
 from p2panda_assets.store import pipeline_state as state_sql
 
 VERIFIED_ARROW = arrow_schema(
@@ -51,6 +52,9 @@ VERIFIED_ARROW = arrow_schema(
         ("schema_version", pa.decimal128(20, 0)),
         ("schema_hash", pa.binary()),
         ("instance", pa.binary()),
+        # Why the payload does not decode as a message (a reason code): NULL where it
+        # does, and in batches verified before it was kept (`pipeline.index`).
+        ("message_error", pa.string()),
     ]
 )
 # The columns only good entries have (NULL for the others).
@@ -59,7 +63,7 @@ VERIFIED_SPARK = (
     "ingest_seq long, hash binary, verdict string, verdict_message string, author binary, "
     "log_id decimal(20,0), seq decimal(20,0), backlink binary, lipmaa_link binary, "
     "end_of_log boolean, payload binary, kind string, schema_id string, "
-    "schema_version decimal(20,0), schema_hash binary, instance binary"
+    "schema_version decimal(20,0), schema_hash binary, instance binary, message_error string"
 )
 # The verified batches as every later step reads them. Batches verified by earlier
 # releases kept each good entry's bytes (`entry`) instead of its links: they read NULL
@@ -95,6 +99,7 @@ def verify_rows(rows: Iterable[Sequence[object]]) -> pa.RecordBatch:
                 entry = checked.entry
                 assert entry is not None
                 verdict = "ok"
+                index, error = indexed_message(cast(bytes, payload))
                 good = (
                     entry.author,
                     Decimal(entry.log_id),
@@ -103,7 +108,8 @@ def verify_rows(rows: Iterable[Sequence[object]]) -> pa.RecordBatch:
                     entry.lipmaa_link,
                     entry.end_of_log,
                     payload,
-                    *message_index(cast(bytes, payload)),
+                    *index,
+                    error,
                 )
         out["verdict"].append(str(verdict))
         out["verdict_message"].append(verdict_message)

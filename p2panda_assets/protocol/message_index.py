@@ -1,5 +1,6 @@
 """What verification records of a message so that no later step decodes a payload just
-to find out where it belongs: its kind, the schema version it names, and the instance."""
+to find out where it belongs: its kind, the schema version it names, and the instance;
+or, for a payload that does not decode, why (its reason code)."""
 
 from __future__ import annotations
 
@@ -11,17 +12,25 @@ from p2panda_assets.protocol.messages import SchemaHashRef, SchemaVersionRef, de
 # (kind, schema id, version, schema hash, instance); all None where the payload does not
 # decode as a message.
 MessageIndex = tuple[str | None, str | None, Decimal | None, bytes | None, bytes | None]
+NOT_A_MESSAGE: MessageIndex = (None, None, None, None, None)
 
 
 def message_index(payload: bytes) -> MessageIndex:
+    return indexed_message(payload)[0]
+
+
+def indexed_message(payload: bytes) -> tuple[MessageIndex, str | None]:
+    """The message's index and None; or, if the payload does not decode, `NOT_A_MESSAGE`
+    and the reason code."""
     try:
         message = decode_message(payload)
-    except P2pandaError:
-        return (None, None, None, None, None)
+    except P2pandaError as error:
+        return NOT_A_MESSAGE, str(error.reason)
     ref = getattr(message, "schema", None)
     schema_id = version = schema_hash = None
     if isinstance(ref, SchemaVersionRef):
         schema_id, version = ref.schema_id, Decimal(ref.version)
     elif isinstance(ref, SchemaHashRef):
         schema_hash = ref.hash
-    return (message.kind, schema_id, version, schema_hash, getattr(message, "instance", None))
+    index = (message.kind, schema_id, version, schema_hash, getattr(message, "instance", None))
+    return index, None

@@ -15,11 +15,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from p2panda_assets.engine.corpus import reduce_corpus
+from p2panda_assets.errors import P2pandaError
 from p2panda_assets.pipeline import index, verify
+from p2panda_assets.pipeline.index import last_index
 from p2panda_assets.pipeline.run import run_pipeline
 from p2panda_assets.pipeline.verify import current_warehouse
 from p2panda_assets.pipeline.warehouse import exists, remove
+from p2panda_assets.protocol.entry import decode_entry
 from p2panda_assets.protocol.ids import parse_schema_id
+from p2panda_assets.protocol.messages import decode_message
 from p2panda_assets.store.catalog import stored_catalog
 from p2panda_assets.store.database import connect, ensure_schema
 from p2panda_assets.store.feed import verified_reverts
@@ -193,6 +197,72 @@ def test_batches_verified_before_the_links_were_kept_chain_the_same(spark, sessi
         assert pg_tables(conn, [schema.schema_id]) == engine_tables(expected)
         assert pg_accounts(conn) == engine_accounts(expected)
         assert expected.tables[schema.schema_id].rows  # the long log's instance is a row
+
+
+def as_verified_before_reasons_were_kept(directory: Path) -> None:
+    """Rewrite every verified batch under `directory` as earlier releases wrote them:
+    no reason code for the payloads that do not decode (`message_error`)."""
+    for path in directory.glob("batch=*/*.parquet"):
+        pq.write_table(pq.read_table(path).drop_columns(["message_error"]), path)
+        path.with_name(f".{path.name}.crc").unlink()  # Hadoop's checksum of the old bytes
+
+
+@pytest.mark.parametrize("kept", [True, False], ids=["reasons kept", "an earlier release's"])
+def test_payloads_that_do_not_decode_keep_the_engines_reason(
+    spark, session_database, monkeypatch, kept
+):
+    """Verification keeps why a payload does not decode, and the chained messages carry
+    it as `error` (the decoded check and the asset's metadata read it). Batches verified
+    by an earlier release did not keep it: chaining decodes those payloads again, and
+    only then. Either way every error is the reason the engine gives."""
+    unexplained: list[int] = []
+    chained_logs = index._chained_logs
+
+    def counting(chained):
+        found = chained_logs(chained)
+        unexplained.append(found.unexplained)
+        return found
+
+    monkeypatch.setattr(index, "_chained_logs", counting)
+    corpus = CorpusBuilder()
+    schema = corpus.author(1).schema(7, "garbled")
+    schema.migrate(create_field("title", "text"))
+    log = instances(corpus.author(2), 1)
+    log.create(schema.ref(), title="fine")
+    for payload in (b"\xff", b"\xa1\x61k\x01", b"\x80"):
+        log.raw(payload)
+    early = len(corpus.pairs)
+    log.raw(b"\xa2\x61a\x01\x61a\x02")  # a key twice
+    with empty_store(session_database) as conn:
+        ingest(conn, corpus.pairs[:early])
+        register(conn, *parse_schema_id(schema.schema_id), None)
+        run_pipeline(spark, conn, session_database)
+        if not kept:
+            as_verified_before_reasons_were_kept(
+                Path(current_warehouse(spark, conn).entries.removeprefix("file:"))
+            )
+        ingest(conn, corpus.pairs[early:])
+        run_pipeline(spark, conn, session_database)
+        decoded = last_index(spark, conn).decoded(spark)
+        assert decoded is not None
+        errors = {bytes(r["hash"]): r["error"] for r in decoded.select("hash", "error").collect()}
+        expected = reduce_corpus(corpus.pairs, {schema.schema_id})
+        assert pg_accounts(conn) == engine_accounts(expected)
+    reasons = {}
+    for entry, payload in corpus.pairs:
+        try:
+            decode_message(payload)
+            reasons[decode_entry(entry).hash] = None
+        except P2pandaError as error:
+            reasons[decode_entry(entry).hash] = str(error.reason)
+    assert errors == reasons
+    assert sorted(set(reasons.values()) - {None}) == [
+        "bad-type",
+        "cbor-duplicate-key",
+        "cbor-malformed",
+        "missing-key",
+    ]
+    assert unexplained == ([0, 0] if kept else [0, 3])
 
 
 @pytest.mark.parametrize("in_spark", [False, True], ids=["verified in the driver", "in Spark"])
