@@ -74,6 +74,7 @@ from p2panda_assets.pipeline.warehouse import (
 from p2panda_assets.protocol.entry import decode_entry
 from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.protocol.log import EntryLinks, LogTip, anchors_for
+from p2panda_assets.protocol.message_index import indexed_message
 from p2panda_assets.protocol.messages import (
     Message,
     SchemaHashRef,
@@ -258,15 +259,6 @@ def indexed_ref(row: Row) -> VersionedSchema | None:
         cast(Decimal | None, row["schema_version"]),
         cast(bytes | None, row["schema_hash"]),
     )
-
-
-def decode_error(payload: object) -> str:
-    """The reason code of a payload that does not decode as a message."""
-    try:
-        decode_message(cast(bytes, payload))
-    except P2pandaError as error:
-        return str(error.reason)
-    raise ValueError("indexed as undecodable, but the payload decodes")
 
 
 def tip_of(row: Row) -> LogTip | None:
@@ -726,8 +718,8 @@ def with_decode_errors(messages: DataFrame, unexplained: int) -> DataFrame:
         return known
     unknown = F.col("kind").isNull() & F.col("message_error").isNull()
     # A lambda: given the annotated function, PySpark warns that it cannot infer a UDF
-    # type from its hints.
-    reason = F.udf(lambda payload: decode_error(payload), "string")
+    # type from its hints. The reason is the one verification now keeps.
+    reason = F.udf(lambda payload: indexed_message(payload)[1], "string")
     return known.filter(~unknown).unionByName(
         messages.filter(unknown).withColumn("error", reason("payload"))
     )
