@@ -17,7 +17,6 @@ import json
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from decimal import Decimal
 
 from engine import make_corpus  # bench/engine.py, beside this script
 
@@ -66,8 +65,8 @@ def _rows(
         rows.append(
             {
                 "author": log.author,
-                "log_id": Decimal(log.log_id),
-                "seq": Decimal(seq),
+                "log_id": log.log_id,
+                "seq": seq,
                 "hash": entry_hash,
                 "batch": 1 if n < len(log.items) // 2 else 2,
                 "payload": payloads[entry_hash],
@@ -79,7 +78,7 @@ def _rows(
         )
     for instance in sorted(named & owners.keys()):
         author, log_id = owners[instance]
-        rows.append({"instance": instance, "owner_author": author, "owner_log": Decimal(log_id)})
+        rows.append({"instance": instance, "owner_author": author, "owner_log": log_id})
     return rows
 
 

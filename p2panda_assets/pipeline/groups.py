@@ -25,6 +25,35 @@ def arrow_schema(fields: list[tuple[str, pa.DataType]]) -> pa.Schema:
     return pa.schema(fields)
 
 
+# Spark's decimal(20,0) is how the product holds u64 values (log ids, seq nums,
+# versions). As Python's Decimal they are slow on both sides of the bridge: out of
+# Arrow 1.29 us a value against 0.34 us as an int, into Arrow 0.40 us against 0.06 us
+# (pyarrow 26, 200,000 values). So such columns cross as uint64, cast by Arrow in one
+# call per column; chaining and reduction read two or three of them per entry.
+U64 = pa.decimal128(20, 0)
+
+
+def python_rows(batch: pa.RecordBatch) -> list[Row]:
+    """The batch's rows as dicts; decimal(20,0) columns as ints (they hold u64 values)."""
+    if any(field.type == U64 for field in batch.schema):
+        columns = [
+            column.cast(pa.uint64()) if column.type == U64 else column for column in batch.columns
+        ]
+        batch = pa.RecordBatch.from_arrays(columns, names=batch.schema.names)
+    return batch.to_pylist()
+
+
+def record_batch(columns: dict[str, list[object]], schema: pa.Schema) -> pa.RecordBatch:
+    """A batch of `schema` from Python lists, decimal(20,0) columns given as ints."""
+    arrays = [
+        pa.array(columns[field.name], pa.uint64()).cast(U64)
+        if field.type == U64
+        else pa.array(columns[field.name], field.type)
+        for field in schema
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
 def map_groups(
     frame: DataFrame,
     keys: Sequence[str],
@@ -41,7 +70,7 @@ def map_groups(
         group: list[Row] = []
         current: tuple[object, ...] | None = None
         for batch in batches:
-            for row in batch.to_pylist():
+            for row in python_rows(batch):
                 key = tuple(row[k] for k in keys)
                 if group and key != current:
                     out += fn(group)
@@ -61,5 +90,4 @@ def map_groups(
 
 
 def _batch(rows: list[Row], names: list[str], schema: pa.Schema) -> pa.RecordBatch:
-    columns = {name: [row.get(name) for row in rows] for name in names}
-    return pa.RecordBatch.from_pydict(columns, schema=schema)
+    return record_batch({name: [row.get(name) for row in rows] for name in names}, schema)

@@ -168,17 +168,17 @@ LAYER_SPARK = T.StructType([*DECODED_SPARK.fields, T.StructField("schema", T.Str
 SCHEMA_OF_FILE = r"/schema=([^/]+)/[^/]+$"
 
 
-def ref_columns(ref: VersionedSchema | None) -> tuple[str | None, Decimal | None, bytes | None]:
+def ref_columns(ref: VersionedSchema | None) -> tuple[str | None, int | None, bytes | None]:
     """A schema reference as (schema id, version, hash) columns: one of the two forms."""
     if isinstance(ref, SchemaVersionRef):
-        return ref.schema_id, Decimal(ref.version), None
+        return ref.schema_id, ref.version, None
     if isinstance(ref, SchemaHashRef):
         return None, None, ref.hash
     return None, None, None
 
 
 def ref_from_columns(
-    schema_id: str | None, version: Decimal | None, schema_hash: bytes | None
+    schema_id: str | None, version: int | Decimal | None, schema_hash: bytes | None
 ) -> VersionedSchema | None:
     if schema_hash is not None:
         return SchemaHashRef(bytes(schema_hash))
@@ -207,13 +207,13 @@ def _chain_group(rows: list[Row]) -> list[Row]:
     (`validate_log` gives each entry one verdict): `_accepted` takes them from the
     verified batches. The messages are not decoded again: verification indexed each one
     (kind and schema; no kind: it does not decode), which is all the summary needs."""
-    # Column types from the verified frame: binary -> bytes, decimal(20,0) -> Decimal.
-    author, log_id = cast(bytes, rows[0]["author"]), int(cast(Decimal, rows[0]["log_id"]))
+    # Column types from the verified frame: binary -> bytes, decimal(20,0) -> int.
+    author, log_id = cast(bytes, rows[0]["author"]), cast(int, rows[0]["log_id"])
     tip = tip_of(rows[0])
     log = chain_entries(map(links_of, rows), tip)
     by_hash = {row["hash"]: row for row in rows}
     accepted = [by_hash[entry.hash] for entry in log.accepted]
-    key = {"author": author, "log_id": Decimal(log_id)}
+    key = {"author": author, "log_id": log_id}
     summary = log_summary(
         (cast(str, row["kind"]), indexed_ref(row)) for row in accepted if row["kind"] is not None
     )
@@ -226,7 +226,7 @@ def _chain_group(rows: list[Row]) -> list[Row]:
             "ref_schema_id": ref_id,
             "ref_version": ref_version,
             "ref_hash": ref_hash,
-            "tip_seq": Decimal(log.accepted[-1].seq_num if log.accepted else tip.seq if tip else 0),
+            "tip_seq": log.accepted[-1].seq_num if log.accepted else tip.seq if tip else 0,
             "tip_ended": log.ended,
             "held": len(log.accounts),
             "unexplained": sum(
@@ -244,7 +244,7 @@ def links_of(row: Row) -> EntryLinks:
     if row["end_of_log"] is None:
         return EntryLinks.of(decode_entry(cast(bytes, row["entry"])))
     return EntryLinks(
-        int(cast(Decimal, row["seq"])),
+        cast(int, row["seq"]),
         cast(bytes, row["hash"]),
         cast(bytes | None, row["backlink"]),
         cast(bytes | None, row["lipmaa_link"]),
@@ -256,7 +256,7 @@ def indexed_ref(row: Row) -> VersionedSchema | None:
     """The schema a message names, as verification indexed it."""
     return ref_from_columns(
         cast(str | None, row["schema_id"]),
-        cast(Decimal | None, row["schema_version"]),
+        cast(int | None, row["schema_version"]),
         cast(bytes | None, row["schema_hash"]),
     )
 
@@ -267,7 +267,7 @@ def tip_of(row: Row) -> LogTip | None:
         return None
     hashes = json.loads(cast(str, row["tip_hashes"]))
     return LogTip(
-        int(cast(Decimal, row["tip_seq"])),
+        cast(int, row["tip_seq"]),
         bool(row["tip_ended"]),
         {int(seq): bytes.fromhex(h) for seq, h in hashes.items()},
     )
@@ -276,17 +276,17 @@ def tip_of(row: Row) -> LogTip | None:
 def items_log(rows: list[Row]) -> ChainedLog:
     """A log's chained rows back as the engine's `ChainedLog` (messages decoded from
     their payload: the columnar store holds bytes, not Python objects)."""
-    # Column types from CHAIN_ARROW: binary -> bytes, decimal(20,0) -> Decimal.
+    # Column types as `map_groups` gives them: binary -> bytes, decimal(20,0) -> int.
     items: list[LogItem] = []
-    for row in sorted(rows, key=lambda r: cast(Decimal, r["seq"])):
+    for row in sorted(rows, key=lambda r: cast(int, r["seq"])):
         payload = cast(bytes, row["payload"])
         message: Message | P2pandaError
         try:
             message = decode_message(payload)
         except P2pandaError as error:
             message = error
-        items.append((int(cast(Decimal, row["seq"])), cast(bytes, row["hash"]), message))
-    author, log_id = cast(bytes, rows[0]["author"]), int(cast(Decimal, rows[0]["log_id"]))
+        items.append((cast(int, row["seq"]), cast(bytes, row["hash"]), message))
+    author, log_id = cast(bytes, rows[0]["author"]), cast(int, rows[0]["log_id"])
     return ChainedLog(author, log_id, items, {})
 
 

@@ -111,7 +111,7 @@ def reduce_rows(
     Without `owners_given` the rows carry no owner rows: a log that looks an instance's
     owner up gives back one `owners` row per instance it looked up instead of its
     reduction, to be reduced again with their owners (`reduce_instance_logs`)."""
-    # Column types from the items frame: string -> str, binary -> bytes, decimal -> Decimal.
+    # Column types as `map_groups` gives them: string -> str, binary -> bytes, decimal -> int.
     schema_id = cast(str, rows[0]["schema"])
     entries = [row for row in rows if row["owner_author"] is None]
     try:
@@ -131,7 +131,7 @@ def reduce_rows(
         detail = "".join(traceback.format_exception_only(error)).strip()
         return [{"row_type": "error", "schema": schema_id, "message": detail}]
     if looked_up and not owners_given:
-        key = {"author": log.author, "log_id": Decimal(log.log_id)}
+        key = {"author": log.author, "log_id": log.log_id}
         return [{"row_type": OWNERS, "schema": schema_id, "hash": i, **key} for i in looked_up]
     for row in account_rows(reduction_accounts(reduction, schema_id)):
         out.append({"row_type": "account", "schema": schema_id, **row})
@@ -143,7 +143,7 @@ def _owners(rows: list[Row]) -> dict[bytes, tuple[bytes, int]]:
     return {
         cast(bytes, row["instance"]): (
             cast(bytes, row["owner_author"]),
-            int(cast(Decimal, row["owner_log"])),
+            cast(int, row["owner_log"]),
         )
         for row in rows
         if row["owner_author"] is not None

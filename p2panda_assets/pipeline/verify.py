@@ -18,7 +18,6 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
-from decimal import Decimal
 from typing import cast
 
 import psycopg
@@ -29,7 +28,7 @@ from pyspark.sql import functions as F
 from p2panda_assets.engine.corpus import SCHEMA_KINDS, check_record
 from p2panda_assets.failpoints import Failpoint, failpoint
 from p2panda_assets.pipeline.copy import ACCOUNT_COLUMNS, Target, copy_frame, copy_rows
-from p2panda_assets.pipeline.groups import arrow_schema
+from p2panda_assets.pipeline.groups import arrow_schema, record_batch
 from p2panda_assets.pipeline.warehouse import Warehouse, children, exists, remove, warehouse_root
 from p2panda_assets.protocol.message_index import indexed_message
 from p2panda_assets.store import pipeline_state as state_sql
@@ -102,8 +101,8 @@ def verify_rows(rows: Iterable[Sequence[object]]) -> pa.RecordBatch:
                 index, error = indexed_message(cast(bytes, payload))
                 good = (
                     entry.author,
-                    Decimal(entry.log_id),
-                    Decimal(entry.seq_num),
+                    entry.log_id,
+                    entry.seq_num,
                     entry.backlink,
                     entry.lipmaa_link,
                     entry.end_of_log,
@@ -115,7 +114,7 @@ def verify_rows(rows: Iterable[Sequence[object]]) -> pa.RecordBatch:
         out["verdict_message"].append(verdict_message)
         for name, value in zip(GOOD_COLUMNS, good, strict=True):
             out[name].append(value)
-    return pa.RecordBatch.from_pydict(out, schema=VERIFIED_ARROW)
+    return record_batch(out, VERIFIED_ARROW)
 
 
 def read_verified(

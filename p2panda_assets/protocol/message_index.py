@@ -4,14 +4,12 @@ or, for a payload that does not decode, why (its reason code)."""
 
 from __future__ import annotations
 
-from decimal import Decimal
-
 from p2panda_assets.errors import P2pandaError
 from p2panda_assets.protocol.messages import SchemaHashRef, SchemaVersionRef, decode_message
 
 # (kind, schema id, version, schema hash, instance); all None where the payload does not
 # decode as a message.
-MessageIndex = tuple[str | None, str | None, Decimal | None, bytes | None, bytes | None]
+MessageIndex = tuple[str | None, str | None, int | None, bytes | None, bytes | None]
 NOT_A_MESSAGE: MessageIndex = (None, None, None, None, None)
 
 
@@ -29,7 +27,7 @@ def indexed_message(payload: bytes) -> tuple[MessageIndex, str | None]:
     ref = getattr(message, "schema", None)
     schema_id = version = schema_hash = None
     if isinstance(ref, SchemaVersionRef):
-        schema_id, version = ref.schema_id, Decimal(ref.version)
+        schema_id, version = ref.schema_id, ref.version
     elif isinstance(ref, SchemaHashRef):
         schema_hash = ref.hash
     index = (message.kind, schema_id, version, schema_hash, getattr(message, "instance", None))
