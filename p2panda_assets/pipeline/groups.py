@@ -30,14 +30,15 @@ def arrow_schema(fields: list[tuple[str, pa.DataType]]) -> pa.Schema:
 # Arrow 1.29 us a value against 0.34 us as an int, into Arrow 0.40 us against 0.06 us
 # (pyarrow 26, 200,000 values). So such columns cross as uint64, cast by Arrow in one
 # call per column; chaining and reduction read two or three of them per entry.
-U64 = pa.decimal128(20, 0)
+U64_DECIMAL = pa.decimal128(20, 0)
 
 
 def python_rows(batch: pa.RecordBatch) -> list[Row]:
     """The batch's rows as dicts; decimal(20,0) columns as ints (they hold u64 values)."""
-    if any(field.type == U64 for field in batch.schema):
+    if any(field.type == U64_DECIMAL for field in batch.schema):
         columns = [
-            column.cast(pa.uint64()) if column.type == U64 else column for column in batch.columns
+            column.cast(pa.uint64()) if column.type == U64_DECIMAL else column
+            for column in batch.columns
         ]
         batch = pa.RecordBatch.from_arrays(columns, names=batch.schema.names)
     return batch.to_pylist()
@@ -46,8 +47,8 @@ def python_rows(batch: pa.RecordBatch) -> list[Row]:
 def record_batch(columns: dict[str, list[object]], schema: pa.Schema) -> pa.RecordBatch:
     """A batch of `schema` from Python lists, decimal(20,0) columns given as ints."""
     arrays = [
-        pa.array(columns[field.name], pa.uint64()).cast(U64)
-        if field.type == U64
+        pa.array(columns[field.name], pa.uint64()).cast(U64_DECIMAL)
+        if field.type == U64_DECIMAL
         else pa.array(columns[field.name], field.type)
         for field in schema
     ]

@@ -8,10 +8,10 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from p2panda_assets.pipeline.groups import U64, python_rows, record_batch
+from p2panda_assets.pipeline.groups import U64_DECIMAL, python_rows, record_batch
 from p2panda_assets.protocol.ids import MAX_U64
 
-SCHEMA = pa.schema([("name", pa.string()), ("seq", U64), ("payload", pa.binary())])
+SCHEMA = pa.schema([("name", pa.string()), ("seq", U64_DECIMAL), ("payload", pa.binary())])
 EDGES = [0, 1, 247, 248, 2**53 + 1, 2**63, MAX_U64, None]
 
 
