@@ -44,6 +44,7 @@ from pyspark.sql import functions as F
 from p2panda_assets.engine.cascade import cascade_fields
 from p2panda_assets.engine.corpus import Catalog
 from p2panda_assets.engine.relations import BuildOrder
+from p2panda_assets.pipeline.local_frames import local_frame
 from p2panda_assets.pipeline.warehouse import Warehouse
 from p2panda_assets.statuses import Assignment
 from p2panda_assets.store import pipeline_state as state_sql
@@ -265,8 +266,8 @@ def marked(frame: DataFrame, column: str, keys: set[bytes]) -> DataFrame:
     data (bench/latency.py)."""
     if len(keys) <= LITERAL_KEYS:
         return frame.withColumn("marked", F.coalesce(F.col(column).isin(list(keys)), F.lit(False)))
-    wanted = frame.sparkSession.createDataFrame(
-        [(k, True) for k in keys], f"`{column}` binary, marked boolean"
+    wanted = local_frame(
+        frame.sparkSession, [(k, True) for k in keys], f"`{column}` binary, marked boolean"
     )
     joined = frame.join(
         F.broadcast(wanted) if len(keys) <= BROADCAST_KEYS else wanted, column, "left"

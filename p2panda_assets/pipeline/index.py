@@ -55,6 +55,7 @@ from p2panda_assets.errors import P2pandaError, Pending, Reason
 from p2panda_assets.failpoints import Failpoint, failpoint
 from p2panda_assets.pipeline.copy import ACCOUNT_COLUMNS, Target, copy_frame
 from p2panda_assets.pipeline.groups import Row, arrow_schema, map_groups
+from p2panda_assets.pipeline.local_frames import local_frame
 from p2panda_assets.pipeline.spark import sized_for_the_store
 from p2panda_assets.pipeline.verify import (
     compact_verified,
@@ -600,8 +601,8 @@ def _tips(
     hashes: dict[LogKey, dict[int, bytes]] = {}
     wanted = [(a, Decimal(i), Decimal(n)) for (a, i), (_, ns) in needed.items() for n in ns]
     if wanted:
-        anchors = spark.createDataFrame(
-            wanted, "author binary, log_id decimal(20,0), seq decimal(20,0)"
+        anchors = local_frame(
+            spark, wanted, "author binary, log_id decimal(20,0), seq decimal(20,0)"
         )
         chained = read_layers(spark, [warehouse.chained(run) for run in layers])
         assert chained is not None  # layers is not empty
@@ -633,7 +634,8 @@ def _tips_frame(spark: SparkSession, tips: dict[LogKey, LogTip]) -> DataFrame:
         )
         for (author, log_id), tip in tips.items()
     ]
-    return spark.createDataFrame(
+    return local_frame(
+        spark,
         rows,
         "author binary, log_id decimal(20,0), tip_seq decimal(20,0), tip_ended boolean,"
         " tip_hashes string",
@@ -770,7 +772,8 @@ def _plan_frame(spark: SparkSession, plan: LogPlan) -> DataFrame:
         )
         for (author, log_id), (schema, assignment, _) in plan.items()
     ]
-    return spark.createDataFrame(
+    return local_frame(
+        spark,
         rows,
         "author binary, log_id decimal(20,0), schema string, assignment string, "
         "is_schema_log boolean",
@@ -808,7 +811,7 @@ def _index_accounts(
     schema_rows = [(*r.values(), "schema") for r in account_rows(schema_accounts)]
     frames = [chain]
     if schema_rows:
-        frames.append(spark.createDataFrame(schema_rows, ACCOUNT_SPARK + ", origin string"))
+        frames.append(local_frame(spark, schema_rows, ACCOUNT_SPARK + ", origin string"))
     pending: dict[LogKey, tuple[str, str | None, str, str]] = {}
     for key, (schema, kind, why) in plan.items():
         if kind is LogAssignment.DUPLICATE:
@@ -817,7 +820,8 @@ def _index_accounts(
             named = None if schema == NO_SCHEMA else schema
             pending[key] = (LogAssignment.PENDING.value, named, str(why.reason), why.message)
     if pending:
-        wanted = spark.createDataFrame(
+        wanted = local_frame(
+            spark,
             [(a, Decimal(i), *v) for (a, i), v in pending.items()],
             "author binary, log_id decimal(20,0), plan string, plan_schema string, "
             "why_reason string, why_message string",
@@ -848,7 +852,7 @@ def _pending_group(rows: list[Row]) -> list[Row]:
 
 
 def _empty_accounts(spark: SparkSession) -> DataFrame:
-    return spark.createDataFrame([], ACCOUNT_SPARK + ", origin string")
+    return local_frame(spark, [], ACCOUNT_SPARK + ", origin string")
 
 
 def log_rows(summaries: dict[LogKey, LogSummary], catalog: Catalog) -> list[tuple[object, ...]]:

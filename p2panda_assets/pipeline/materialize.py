@@ -53,6 +53,7 @@ from p2panda_assets.pipeline.increments import (
     touched_messages,
 )
 from p2panda_assets.pipeline.index import IndexResult
+from p2panda_assets.pipeline.local_frames import local_frame
 from p2panda_assets.pipeline.reduction import reduce_instance_logs
 from p2panda_assets.pipeline.spark import sized_for_the_store
 from p2panda_assets.protocol.ids import checked_schema_id
@@ -245,7 +246,7 @@ def _cascade(
     outside = sorted(t for t in targets if t is not None and t not in schema_ids)
     if outside:
         stored = tables.deleted_sets(conn, outside)
-        gone = spark.createDataFrame(stored, "target string, ref binary")
+        gone = local_frame(spark, stored, "target string, ref binary")
         deleted = deleted.unionByName(_reached(refs, F.broadcast(gone))).distinct()
     # Each round is checkpointed: its plan would otherwise hold every round before it, and
     # Spark's planning (and the plan's text) grows with it until the driver runs out.
@@ -425,8 +426,8 @@ def _build_increments(
         ok = [s for s in ok if s not in whole]
         stages = _row_stages(conn, catalog, [by_id[s] for s in ok], token)
         accounts = tables.create_shared_stage(conn, f"stage_{token}_accounts", "accounts")
-        gone = spark.createDataFrame(
-            [(s, h) for s in ok for h in deleted_now[s]], "schema string, hash binary"
+        gone = local_frame(
+            spark, [(s, h) for s in ok for h in deleted_now[s]], "schema string, hash binary"
         )
         instances = reduced.filter((F.col("row_type") == "instance") & F.col("schema").isin(ok))
         flagged = _flag_live(instances, F.broadcast(gone))

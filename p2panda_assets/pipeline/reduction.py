@@ -29,6 +29,7 @@ from p2panda_assets.engine.instances import Instance, OwnerLookup
 from p2panda_assets.pipeline import increments
 from p2panda_assets.pipeline.groups import Row, arrow_schema, map_groups
 from p2panda_assets.pipeline.index import account_rows, items_log
+from p2panda_assets.pipeline.local_frames import local_frame
 
 REDUCED_ARROW = arrow_schema(
     [
@@ -250,7 +251,8 @@ def reduce_instance_logs(
     if not looking:
         return first, rows
     spark = items.sparkSession
-    logs = spark.createDataFrame(
+    logs = local_frame(
+        spark,
         sorted({(bytes(row["author"]), row["log_id"]) for row in looking}),
         "author binary, log_id decimal(20,0)",
     )

@@ -29,6 +29,7 @@ from p2panda_assets.engine.corpus import SCHEMA_KINDS, check_record
 from p2panda_assets.failpoints import Failpoint, failpoint
 from p2panda_assets.pipeline.copy import ACCOUNT_COLUMNS, Target, copy_frame, copy_rows
 from p2panda_assets.pipeline.groups import arrow_schema, record_batch
+from p2panda_assets.pipeline.local_frames import local_frame
 from p2panda_assets.pipeline.warehouse import Warehouse, children, exists, remove, warehouse_root
 from p2panda_assets.protocol.message_index import indexed_message
 from p2panda_assets.store import pipeline_state as state_sql
@@ -139,7 +140,7 @@ def read_new_verified(
     against 0.07 s from its directory alone; bench/store_reads.py)."""
     paths = [warehouse.batch(number) for number in range(since + 1, through + 1)]
     if not paths:
-        return spark.createDataFrame([], VERIFIED_READ)
+        return local_frame(spark, [], VERIFIED_READ)
     return spark.read.schema(VERIFIED_READ).option("basePath", warehouse.entries).parquet(*paths)
 
 
