@@ -44,6 +44,17 @@ def python_rows(batch: pa.RecordBatch) -> list[Row]:
     return batch.to_pylist()
 
 
+WARM_UP_SCHEMA = pa.schema([("n", U64_DECIMAL)])
+
+
+def warm_casts() -> None:
+    """Cast a u64 column both ways once. A process's first Arrow cast sets up pyarrow's
+    cast kernels, ~0.2 s (pyarrow 26): the first batch of each Python worker's first
+    verification, chain or reduction paid it, and so did the driver's first
+    verification of a few entries."""
+    python_rows(record_batch({"n": [0]}, WARM_UP_SCHEMA))
+
+
 def record_batch(columns: dict[str, list[object]], schema: pa.Schema) -> pa.RecordBatch:
     """A batch of `schema` from Python lists, decimal(20,0) columns given as ints."""
     arrays = [

@@ -19,6 +19,7 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from p2panda_assets.pipeline.class_archive import archive_options
+from p2panda_assets.pipeline.groups import warm_casts
 
 JDBC_JAR = Path(os.environ.get("P2PANDA_JDBC_JAR", "/usr/share/java/postgresql.jar"))
 
@@ -225,12 +226,15 @@ def warm_up(spark: SparkSession) -> list[str]:
     next one (2 cores, after a JVM-only job; ~2.7 s without it); a process that keeps
     its session for many runs (the resident worker) pays it here, not in its first run.
     Spark stops a worker idle for a minute; the next job forks one again (~0.8 s).
+    The workers and the driver also make their first Arrow casts here (`warm_casts`).
     Returns each worker's imported modules among `WORKER_MODULES`."""
     cores = spark.sparkContext.defaultParallelism
+    warm_casts()  # the driver verifies a few new entries itself
 
     def start(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for name in WORKER_MODULES:
             importlib.import_module(name)
+        warm_casts()
         for _ in batches:
             pass
         imported = [name for name in WORKER_MODULES if name in sys.modules]
