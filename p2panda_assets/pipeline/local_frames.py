@@ -1,10 +1,10 @@
 """Rows the driver holds, as a Spark frame, without a Python job.
 
-`spark.createDataFrame(rows, schema)` on a list parallelizes the pickled rows, and the
-first job that reads them runs Python workers to turn them into Java objects: ~1 s when
-Spark has to fork a worker for it (the plan frame of bench/pipeline.py's index step, at
-100k and at 1M), ~0.05 s when one is idle. From an Arrow table the JVM reads the rows
-itself. The index, increments and builds make several such frames each run.
+`spark.createDataFrame(rows, schema)` on a list parallelizes the pickled rows, and each
+job that reads them runs a Python stage to turn them into Java objects: the first one in
+a session took 1.0-1.1 s (the plan frame of the index step in bench/pipeline.py, at 100k
+and at 1M), later ones 0.05-0.1 s. From an Arrow table the JVM reads the rows itself (a
+`LocalRelation`). The index, increments and builds make several such frames each run.
 """
 
 from __future__ import annotations
