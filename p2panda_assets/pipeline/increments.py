@@ -80,13 +80,37 @@ class Digest:
     total: int
 
 
+def entry_bits(entry_hash: bytes) -> int:
+    """What `layer_sums` adds up for an entry: 60 bits of the SHA-256 of its hash (the
+    first 15 hex digits), as `F.conv(F.substring(F.sha2(hash, 256), 1, 15), 16, 10)`."""
+    return int(hashlib.sha256(entry_hash).hexdigest()[:15], 16)
+
+
+# A log's accepted entries of one chain step, summed by batch: batch -> (count, bits).
+LogSums = dict[int, tuple[int, int]]
+
+
+def sums_of_layer(logs: Iterable[tuple[str, bool, LogSums]]) -> LayerSums:
+    """A layer's `layer_sums` from the sums of the logs it holds, each with the schema
+    partition its messages go to and whether the log is assigned to it: what the index
+    step that writes the layer keeps, so no build sums it again in Spark."""
+    totals: dict[tuple[str, bool, int], tuple[int, int]] = {}
+    for schema, assigned, by_batch in logs:
+        for batch, (count, bits) in by_batch.items():
+            before = totals.get((schema, assigned, batch), (0, 0))
+            totals[(schema, assigned, batch)] = (before[0] + count, before[1] + bits)
+    return [(s, a, b, count, bits) for (s, a, b), (count, bits) in sorted(totals.items())]
+
+
 def layer_sums(
     spark: SparkSession, conn: psycopg.Connection, warehouse: Warehouse, layers: Sequence[str]
 ) -> LayerSums:
     """The messages of the chained `layers`, summed by schema, assigned or not, and batch:
     a count and a sum of 60 bits of the SHA-256 of each entry hash. A layer is summed
     once, by one Spark job over the layers not summed yet, and its sums are kept in the
-    store: an increment's run sums only the layer it appended."""
+    store: an increment's run sums only the layer it appended. The index step keeps the
+    sums of each layer it writes (`sums_of_layer`), so this job runs only for layers
+    written by earlier releases."""
     kept = state_sql.layer_digests(conn, layers)
     missing = [layer for layer in layers if layer not in kept]
     if missing:

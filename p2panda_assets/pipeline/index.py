@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any, cast
@@ -55,6 +55,7 @@ from p2panda_assets.errors import P2pandaError, Pending, Reason
 from p2panda_assets.failpoints import Failpoint, failpoint
 from p2panda_assets.pipeline.copy import ACCOUNT_COLUMNS, Target, copy_frame
 from p2panda_assets.pipeline.groups import Row, arrow_schema, map_groups
+from p2panda_assets.pipeline.increments import LogSums, entry_bits, sums_of_layer
 from p2panda_assets.pipeline.local_frames import local_frame
 from p2panda_assets.pipeline.spark import sized_for_the_store
 from p2panda_assets.pipeline.verify import (
@@ -108,11 +109,13 @@ CHAIN_INPUT = (
     "schema_version",
     "schema_hash",
     "message_error",
+    "batch",
 )
 # One row per log (`log`: its summary and where it now stands; `held`: how many of its
 # entries the chain rules rejected or hold; `unexplained`: how many of its accepted ones
-# do not decode and come from a batch that did not keep why) and per entry rejected or
-# held (`account`).
+# do not decode and come from a batch that did not keep why; `batch_sums`: its accepted
+# entries counted and summed by batch, `increments.LogSums` as JSON) and per entry
+# rejected or held (`account`).
 CHAIN_ARROW = arrow_schema(
     [
         ("row_type", pa.string()),
@@ -127,6 +130,7 @@ CHAIN_ARROW = arrow_schema(
         ("tip_ended", pa.bool_()),
         ("held", pa.int64()),
         ("unexplained", pa.int64()),
+        ("batch_sums", pa.string()),
         ("state", pa.string()),
         ("reason", pa.string()),
         ("message", pa.string()),
@@ -233,10 +237,22 @@ def _chain_group(rows: list[Row]) -> list[Row]:
             "unexplained": sum(
                 row["kind"] is None and row["message_error"] is None for row in accepted
             ),
+            "batch_sums": json.dumps(_batch_sums(accepted)),
         }
     ]
     out += [{"row_type": "account", **key, **row} for row in account_rows(log.accounts)]
     return out
+
+
+def _batch_sums(accepted: list[Row]) -> list[tuple[int, int, int]]:
+    """(batch, count, bits) of a log's accepted entries: its part of the sums of the
+    layer they are written to (`increments.sums_of_layer`)."""
+    sums: dict[int, tuple[int, int]] = {}
+    for row in accepted:
+        batch = cast(int, row["batch"])
+        count, bits = sums.get(batch, (0, 0))
+        sums[batch] = (count + 1, bits + entry_bits(cast(bytes, row["hash"])))
+    return [(batch, count, bits) for batch, (count, bits) in sorted(sums.items())]
 
 
 def links_of(row: Row) -> EntryLinks:
@@ -431,6 +447,7 @@ def _run_index(
             run,
             lambda stage: state_sql.commit_index(conn, rows, stage, run, fingerprint, state.batch),
         )
+        _keep_layer_sums(conn, run, [run], plan, found.sums)
     finally:
         chained.unpersist()
     _keep_chained(spark, warehouse, {run, *state.layers})
@@ -552,6 +569,8 @@ def _append_index(
                 conn, rows, stage, layers[1:], fingerprint, state.batch
             ),
         )
+        if run is not None:
+            _keep_layer_sums(conn, run, layers, plan, found.sums)
     finally:
         chained.unpersist()
     return IndexResult(
@@ -672,22 +691,43 @@ def _chain(verified: DataFrame, extra: tuple[str, ...] = ()) -> DataFrame:
 class ChainedLogs:
     """Every chained log's summary and where it stands (tip seq, ended, clean); how many
     entries the chain rules rejected or hold, and how many accepted ones do not decode
-    and come from batches that did not keep why (`with_decode_errors`), in all."""
+    and come from batches that did not keep why (`with_decode_errors`), in all; and each
+    log's accepted entries summed by batch."""
 
     logs: dict[LogKey, tuple[LogSummary, tuple[object, ...]]]
     held: int
     unexplained: int
+    sums: dict[LogKey, LogSums]
 
 
 def _chained_logs(chained: DataFrame) -> ChainedLogs:
     logs: dict[LogKey, tuple[LogSummary, tuple[object, ...]]] = {}
+    sums: dict[LogKey, LogSums] = {}
     held = unexplained = 0
     for row in chained.filter(F.col("row_type") == "log").collect():
         key, summary, tip = log_of(row)
         logs[key] = (summary, tip)
         held += int(row["held"])
         unexplained += int(row["unexplained"])
-    return ChainedLogs(logs, held, unexplained)
+        sums[key] = {b: (count, bits) for b, count, bits in json.loads(row["batch_sums"])}
+    return ChainedLogs(logs, held, unexplained, sums)
+
+
+def _keep_layer_sums(
+    conn: psycopg.Connection,
+    run: str,
+    layers: Sequence[str],
+    plan: LogPlan,
+    sums: dict[LogKey, LogSums],
+) -> None:
+    """Keep the sums of the layer `run` for `layer_sums`, from the chain step's sums of
+    each log (its messages go to its plan's schema partition). After the commit: a
+    layer that was not committed is never read. `layers`: those now committed."""
+    rows = sums_of_layer(
+        (plan[key][0], plan[key][1] is LogAssignment.ASSIGNED, by_batch)
+        for key, by_batch in sums.items()
+    )
+    state_sql.keep_layer_digests(conn, {run: rows}, layers)
 
 
 # Up to this many rejected or held entries, `_accepted` broadcasts their hashes (~40

@@ -7,9 +7,12 @@ import pytest
 
 from p2panda_assets.engine.corpus import reduce_corpus
 from p2panda_assets.pipeline import index as index_module
-from p2panda_assets.pipeline.index import APPEND_MIN_ENV
+from p2panda_assets.pipeline.increments import layer_sums
+from p2panda_assets.pipeline.index import APPEND_MIN_ENV, run_index
 from p2panda_assets.pipeline.run import run_pipeline
+from p2panda_assets.pipeline.warehouse import NO_SCHEMA
 from p2panda_assets.protocol.ids import parse_schema_id
+from p2panda_assets.store import pipeline_state as state_sql
 from p2panda_assets.store.ingest import ingest
 from p2panda_assets.store.registry import register
 from p2panda_assets.testing.builder import CorpusBuilder, SchemaAuthor, create_field, instances
@@ -103,3 +106,40 @@ def test_a_log_waiting_for_its_schema_is_chained_again_when_it_arrives(spark, se
     parts = [[i for i in range(n) if i not in tag_log], list(tag_log)]
     registered = [schema.schema_id, tag.schema_id]
     assert run_parts(spark, session_database, corpus, parts, registered) == [0, 0]
+
+
+def test_each_layer_is_summed_by_the_index_step_that_writes_it(spark, session_database):
+    """The index step keeps the sums of every layer it writes (`sums_of_layer`, from the
+    chain step), equal to what `layer_sums` adds up from the layer's files in Spark:
+    after a first step that chains all and after two appends, with a log that names no
+    schema (the `-` partition) and logs of schemas that are not registered or not known."""
+    corpus, schema = notes()
+    log = instances(corpus.author(2), 1)
+    for title in "ab":
+        log.create(schema.ref(), title=title)
+    tag = corpus.author(1).schema(2, "tag")
+    tag.migrate(create_field("label", "varchar", default=""))
+    instances(corpus.author(3), 1).create(tag.ref(), label="not registered")
+    unknown = SchemaAuthor(corpus.author(5), 9)  # a schema whose log never arrives
+    instances(corpus.author(4), 1).create(unknown.ref(1), label="x")
+    instances(corpus.author(6), 1).raw(b"\xff")  # names no schema: the `-` partition
+    log.create(schema.ref(), title="c")  # c and d arrive one step after the other
+    log.create(schema.ref(), title="d")
+    n = len(corpus.pairs)
+    with empty_store(session_database) as conn:
+        register(conn, *parse_schema_id(schema.schema_id), None)
+        for part in (range(n - 2), [n - 2], [n - 1]):
+            ingest(conn, [corpus.pairs[i] for i in part])
+            index = run_index(spark, conn, session_database)
+            kept = state_sql.layer_digests(conn, index.layers)
+            assert set(kept) == set(index.layers)  # no build has summed them yet
+            conn.execute("DELETE FROM p2panda.layer_digests")
+            summed = layer_sums(spark, conn, index.warehouse, index.layers)
+            assert sorted(r for layer in index.layers for r in kept[layer]) == sorted(summed)
+            partitions = {(s, a) for s, a, *_ in summed}
+            assert {
+                (schema.schema_id, True),
+                (tag.schema_id, True),
+                (NO_SCHEMA, False),
+            } <= partitions
+        assert len(index.layers) == 3  # the last two steps appended
