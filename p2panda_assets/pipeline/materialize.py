@@ -41,6 +41,7 @@ from p2panda_assets.pipeline.copy import (
     copy_type,
 )
 from p2panda_assets.pipeline.increments import (
+    BROADCAST_KEYS,
     Again,
     BuildPlan,
     cascade_increments,
@@ -426,11 +427,10 @@ def _build_increments(
         ok = [s for s in ok if s not in whole]
         stages = _row_stages(conn, catalog, [by_id[s] for s in ok], token)
         accounts = tables.create_shared_stage(conn, f"stage_{token}_accounts", "accounts")
-        gone = local_frame(
-            spark, [(s, h) for s in ok for h in deleted_now[s]], "schema string, hash binary"
-        )
+        gone_rows = [(s, h) for s in ok for h in deleted_now[s]]
+        gone = local_frame(spark, gone_rows, "schema string, hash binary")
         instances = reduced.filter((F.col("row_type") == "instance") & F.col("schema").isin(ok))
-        flagged = _flag_live(instances, F.broadcast(gone))
+        flagged = _flag_live(instances, gone, len(gone_rows))
         row_targets = {s: _row_target(stages[s], catalog.histories[s].lens) for s in ok}
         result = copy_partitions(
             flagged.filter("live").select(F.col("schema").alias("dest"), "row"), url, row_targets
@@ -546,13 +546,23 @@ def _fallbacks_after(
     return {name: counts.get(name, 0) for name in catalog.histories[schema_id].lens}
 
 
-def _flag_live(instances: DataFrame, deleted: DataFrame) -> DataFrame:
-    """The instances with `live`: not in `deleted` (schema, hash)."""
-    return (
-        instances.join(deleted.withColumn("gone", F.lit(True)), ["schema", "hash"], "left")
-        .withColumn("live", F.col("gone").isNull())
-        .persist(StorageLevel.DISK_ONLY)
-    )
+def _flag_live(instances: DataFrame, deleted: DataFrame, deleted_rows: int) -> DataFrame:
+    """The instances with `live`: not in `deleted` (schema, hash), of `deleted_rows` rows.
+
+    Up to `BROADCAST_KEYS` rows, `deleted` is broadcast, and the flags are computed again
+    at each use of the frame (three: rows, fallbacks, accounts), each a scan of the
+    reduced rows on disk. Above, every instance (its table row pickled) is shuffled to
+    meet `deleted`, and the result is kept on disk. Keeping the broadcast join's result
+    too ran the JVM's 512m heap out of memory at the bench's 1M (~100,000 deleted ids):
+    without a shuffle, each task caches a whole partition of the reduction. At 1M,
+    broadcast and computed thrice, the rows were copied in 4.2 s against 10.3-10.6 s
+    shuffled (bench/pipeline.py --spark-events)."""
+    gone = deleted.withColumn("gone", F.lit(True))
+    if deleted_rows <= BROADCAST_KEYS:
+        joined = instances.join(F.broadcast(gone), ["schema", "hash"], "left")
+        return joined.withColumn("live", F.col("gone").isNull())
+    joined = instances.join(gone, ["schema", "hash"], "left")
+    return joined.withColumn("live", F.col("gone").isNull()).persist(StorageLevel.DISK_ONLY)
 
 
 def _write(
@@ -571,8 +581,8 @@ def _write(
     """Cascades, then the live rows, the accounts and the deleted sets into staging, of
     the schemas `ok` (whose logs all reduced)."""
     instances = reduced.filter((F.col("row_type") == "instance") & F.col("schema").isin(ok))
-    deleted = _cascade(spark, conn, catalog, instances, ok)
-    flagged = _flag_live(instances, deleted)
+    deleted = _cascade(spark, conn, catalog, instances, ok).localCheckpoint()
+    flagged = _flag_live(instances, deleted, deleted.count())
     live = flagged.filter("live")
     targets = {
         s: _row_target(stage, catalog.histories[s].lens) for s, stage in stages.items() if s in ok

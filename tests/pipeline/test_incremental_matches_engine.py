@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from psycopg import sql
 
 from p2panda_assets.engine.corpus import Corpus, reduce_corpus
-from p2panda_assets.pipeline import increments, index, verify
+from p2panda_assets.pipeline import increments, index, materialize, verify
 from p2panda_assets.pipeline.index import APPEND_MIN_ENV
 from p2panda_assets.pipeline.run import run_pipeline
 from p2panda_assets.protocol.ids import parse_schema_id
@@ -352,6 +352,22 @@ def test_a_growing_store_with_cascades_equals_the_engine(spark, session_database
     outcomes, appended = run_in_two_parts(spark, session_database, corpus, cut, schema_ids)
     event(f"the second index step appended: {appended}")
     event(f"incremental builds in the second run: {sum(o.incremental for o in outcomes.values())}")
+
+
+@settings(
+    max_examples=4,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(growing=growing_mail())
+def test_deleted_sets_too_large_to_broadcast_flag_the_same_rows(
+    spark, session_database, monkeypatch, growing
+):
+    """Above `BROADCAST_KEYS` deleted rows, `_flag_live` shuffles the instances to meet
+    them instead of broadcasting them: the tables and accounts are the engine's still."""
+    monkeypatch.setattr(materialize, "BROADCAST_KEYS", -1)
+    corpus, schema_ids, cut = growing
+    run_in_two_parts(spark, session_database, corpus, cut, schema_ids)
 
 
 def test_an_increment_postgresql_refuses_fails_only_its_schema(spark, session_database):
