@@ -227,11 +227,12 @@ def _cascade(
     a cascade relation at a deleted instance, upstream (stored sets of schemas built
     before) or in this run (a fixpoint over all its schemas), as
     `engine.cascade.apply_cascades` does schema by schema. Only the joins the cascade
-    fields need are run: each is a Spark job or more."""
+    fields need are run: each is a Spark job or more. Checkpointed, whichever way it
+    ends: it is counted, then read at each use of the flags (`_flag_live`)."""
     deleted = instances.filter("deleted").select("schema", "hash")
     targets = {t for s in schema_ids for t in cascade_targets(catalog, s)}
     if not targets:
-        return deleted
+        return deleted.localCheckpoint()
     refs = (
         instances.select(
             "schema", "hash", F.explode(F.arrays_zip("cascade_target", "cascade_ref")).alias("c")
@@ -581,7 +582,7 @@ def _write(
     """Cascades, then the live rows, the accounts and the deleted sets into staging, of
     the schemas `ok` (whose logs all reduced)."""
     instances = reduced.filter((F.col("row_type") == "instance") & F.col("schema").isin(ok))
-    deleted = _cascade(spark, conn, catalog, instances, ok).localCheckpoint()
+    deleted = _cascade(spark, conn, catalog, instances, ok)
     flagged = _flag_live(instances, deleted, deleted.count())
     live = flagged.filter("live")
     targets = {
