@@ -13,7 +13,9 @@ row never stops the others.
 
 from __future__ import annotations
 
+import json
 import pickle
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import groupby
@@ -35,8 +37,10 @@ ACCOUNT_COLUMNS = (
     ("reason", "text"),
     ("message", "text"),
 )
-RESULT_SPARK = "dest string, rows long, error string"
-RESULT_ARROW = arrow_schema([("dest", pa.string()), ("rows", pa.int64()), ("error", pa.string())])
+RESULT_SPARK = "dest string, rows long, error string, tally string"
+RESULT_ARROW = arrow_schema(
+    [("dest", pa.string()), ("rows", pa.int64()), ("error", pa.string()), ("tally", pa.string())]
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,17 +99,26 @@ def copy_rows(conn: psycopg.Connection, target: Target, rows: Iterable[Sequence[
 class CopyResult:
     rows: dict[str, int]  # destination -> rows written
     errors: dict[str, str]  # destination -> the first error met
+    tallies: dict[str, dict[str, int]]  # destination -> value -> rows whose tally holds it
 
 
-def copy_partitions(frame: DataFrame, url: str, targets: dict[str, Target]) -> CopyResult:
-    """Write every (dest, row) of `frame` into its target, from the partitions."""
+def copy_partitions(
+    frame: DataFrame, url: str, targets: dict[str, Target], tally: str | None = None
+) -> CopyResult:
+    """Write every (dest, row) of `frame` into its target, from the partitions. With
+    `tally`, a column of string lists: how many rows of each destination hold each value
+    (in the same scan of the rows: a count of its own is another Spark job)."""
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         written: dict[str, int] = {}
         errors: dict[str, str] = {}
+        tallies: dict[str, Counter[str]] = {}
         with psycopg.connect(url, autocommit=True) as conn:
             for batch in batches:
                 columns = batch.to_pydict()
+                if tally is not None:
+                    for dest, values in zip(columns["dest"], columns[tally], strict=True):
+                        tallies.setdefault(dest, Counter()).update(values or ())
                 pairs = sorted(zip(columns["dest"], columns["row"], strict=True), key=_dest)
                 for dest, group in groupby(pairs, key=_dest):
                     if dest in errors:
@@ -115,23 +128,30 @@ def copy_partitions(frame: DataFrame, url: str, targets: dict[str, Target]) -> C
                         written[dest] = written.get(dest, 0) + copy_rows(conn, targets[dest], rows)
                     except Exception as error:  # one destination fails, not the partition
                         errors[dest] = f"{type(error).__name__}: {error}".strip()
-        dests = sorted(written.keys() | errors.keys())
+        dests = sorted(written.keys() | errors.keys() | tallies.keys())
         yield pa.RecordBatch.from_pydict(
             {
                 "dest": dests,
                 "rows": [written.get(d, 0) for d in dests],
                 "error": [errors.get(d) for d in dests],
+                "tally": [json.dumps(tallies.get(d, {})) for d in dests],
             },
             schema=RESULT_ARROW,
         )
 
     rows: dict[str, int] = {}
     errors: dict[str, str] = {}
-    for result in frame.select("dest", "row").mapInArrow(write, RESULT_SPARK).collect():
-        rows[result["dest"]] = rows.get(result["dest"], 0) + result["rows"]
+    tallies: dict[str, dict[str, int]] = {}
+    columns = ["dest", "row"] if tally is None else ["dest", "row", tally]
+    for result in frame.select(*columns).mapInArrow(write, RESULT_SPARK).collect():
+        dest = result["dest"]
+        rows[dest] = rows.get(dest, 0) + result["rows"]
         if result["error"] is not None:
-            errors.setdefault(result["dest"], result["error"])
-    return CopyResult(rows, errors)
+            errors.setdefault(dest, result["error"])
+        counts = tallies.setdefault(dest, {})
+        for value, count in json.loads(result["tally"]).items():
+            counts[value] = counts.get(value, 0) + count
+    return CopyResult(rows, errors, tallies)
 
 
 def copy_frame(frame: DataFrame, url: str, target: Target) -> int:
@@ -153,7 +173,8 @@ def copy_frame(frame: DataFrame, url: str, target: Target) -> int:
                 rows = zip(*(data[c] for c in columns), strict=True)
                 written += copy_rows(conn, target, rows)
         yield pa.RecordBatch.from_pydict(
-            {"dest": [target.table], "rows": [written], "error": [None]}, schema=RESULT_ARROW
+            {"dest": [target.table], "rows": [written], "error": [None], "tally": ["{}"]},
+            schema=RESULT_ARROW,
         )
 
     selected = frame.select(*columns)

@@ -590,16 +590,17 @@ def _write(
     }
     result = copy_partitions(
         live.filter(F.col("schema").isin(list(targets))).select(
-            F.col("schema").alias("dest"), "row"
+            F.col("schema").alias("dest"), "row", "fell_back"
         ),
         url,
         targets,
+        tally="fell_back",
     )
     for schema_id, error in result.errors.items():
         _fail(conn, by_id[schema_id], f"writing rows failed: {error}", as_of)
     for schema_id in ok:
         by_id[schema_id].rows = result.rows.get(schema_id, 0)
-    _count_fallbacks(catalog, live, by_id, ok)
+        by_id[schema_id].fallbacks = _fallbacks(catalog, schema_id, result.tallies)
     if as_of is None:
         _stage_accounts(url, reduced, flagged, ok, accounts)
         copy_frame(
@@ -658,19 +659,14 @@ def _stage_accounts(
     )
 
 
-def _count_fallbacks(
-    catalog: Catalog, live: DataFrame, by_id: dict[str, Outcome], ok: list[str]
-) -> None:
-    """Rows per field whose value fell back to the field's default."""
-    for schema_id in ok:
-        by_id[schema_id].fallbacks = dict.fromkeys(catalog.histories[schema_id].lens, 0)
-    counted = (
-        live.select("schema", F.explode("fell_back").alias("f")).groupBy("schema", "f").count()
-    )
-    for row in counted.collect():
-        fallbacks = by_id[row["schema"]].fallbacks
-        if row["f"] in fallbacks:
-            fallbacks[row["f"]] = row["count"]
+def _fallbacks(
+    catalog: Catalog, schema_id: str, tallies: dict[str, dict[str, int]]
+) -> dict[str, int]:
+    """Rows per field whose value fell back to the field's default, as the copy of the
+    rows tallied them (`copy_partitions`): counted in the scan that copies the rows, not
+    by a Spark job of its own (1.5-1.8 s at 1M entries)."""
+    tally = tallies.get(schema_id, {})
+    return {name: tally.get(name, 0) for name in catalog.histories[schema_id].lens}
 
 
 def database_error(error: psycopg.Error) -> str:

@@ -1,0 +1,53 @@
+"""`copy_partitions` writes each destination's rows from the partitions, a failing
+destination fails alone, and the tally it takes in the same scan counts every row."""
+
+from __future__ import annotations
+
+import pickle
+
+import psycopg
+import pytest
+from pyspark.sql import SparkSession
+
+from p2panda_assets.pipeline.copy import Target, copy_partitions
+
+pytestmark = [pytest.mark.spark, pytest.mark.postgres]
+
+
+def test_rows_errors_and_tallies_by_destination(
+    spark: SparkSession, conn: psycopg.Connection, database_url: str
+) -> None:
+    conn.execute("CREATE TABLE p2panda.copy_good (n bigint, label text)")
+    conn.execute("CREATE TABLE p2panda.copy_bad (n bigint, label text)")
+    targets = {
+        "good": Target("p2panda", "copy_good", ("n", "label"), ("int8", "text")),
+        "bad": Target("p2panda", "copy_bad", ("n", "label"), ("int8", "text")),
+    }
+    rows: list[tuple[str, bytes, list[str] | None]] = [
+        ("good", pickle.dumps((n, f"é{n}")), ["a", "b"] if n % 3 else []) for n in range(60)
+    ]
+    # A value int8 cannot hold: every COPY of "bad" fails, in whichever partition.
+    rows += [("bad", pickle.dumps((2**63, "x")), ["a"] if n % 2 else None) for n in range(10)]
+    frame = spark.createDataFrame(rows, "dest string, row binary, fell_back array<string>")
+
+    result = copy_partitions(frame.repartition(3), database_url, targets, tally="fell_back")
+
+    assert result.rows["good"] == 60
+    assert set(result.errors) == {"bad"}
+    assert result.tallies == {"good": {"a": 40, "b": 40}, "bad": {"a": 5}}
+    stored = conn.execute("SELECT n, label FROM p2panda.copy_good ORDER BY n").fetchall()
+    assert stored == [(n, f"é{n}") for n in range(60)]
+    assert conn.execute("SELECT count(*) FROM p2panda.copy_bad").fetchone() == (0,)
+
+
+def test_without_a_tally_no_column_is_read(
+    spark: SparkSession, conn: psycopg.Connection, database_url: str
+) -> None:
+    conn.execute("CREATE TABLE p2panda.copy_plain (n bigint)")
+    frame = spark.createDataFrame([("plain", pickle.dumps((1,)))], "dest string, row binary")
+    result = copy_partitions(
+        frame, database_url, {"plain": Target("p2panda", "copy_plain", ("n",), ("int8",))}
+    )
+    assert result.rows == {"plain": 1}
+    assert result.errors == {}
+    assert result.tallies == {"plain": {}}
