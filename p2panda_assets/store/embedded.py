@@ -38,11 +38,6 @@ HOST = "127.0.0.1"
 START_TIMEOUT = 60  # seconds pg_ctl waits for the server to accept connections
 START_ATTEMPTS = 3  # a free port can be taken between choosing it and binding it
 MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes; ".s.PGSQL.65535.lock" must fit
-# Given at every start. With PostgreSQL's defaults (max_wal_size 1GB, checkpoint_timeout
-# 5min) ingesting and building a store of 1M entries checkpointed every 6-23 s, and each
-# checkpoint makes the next change of every page write the whole page to the WAL again:
-# the random keys of entries and accounts touch a new page at almost every row.
-SERVER_SETTINGS = {"max_wal_size": "4GB", "checkpoint_timeout": "15min"}
 
 
 class EmbeddedError(RuntimeError):
@@ -230,8 +225,7 @@ def _start(where: Layout, user: pwd.struct_passwd | None) -> int:
     socket_dir = _socket_dir(where, user)
     for attempt in range(START_ATTEMPTS):
         port = _choose_port(where)
-        settings = " ".join(f"-c {name}={value}" for name, value in SERVER_SETTINGS.items())
-        options = f"-h {HOST} -p {port} -k {shlex.quote(str(socket_dir))} {settings}"
+        options = f"-h {HOST} -p {port} -k {shlex.quote(str(socket_dir))}"
         command = ["-D", str(where.data), "-l", str(where.log), "-o", options]
         try:
             _pg_ctl(user, [*command, "-w", "-t", str(START_TIMEOUT), "start"], cwd=where.root)

@@ -12,13 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from p2panda_assets.store.embedded import (
-    SERVER_SETTINGS,
-    ensure_embedded,
-    layout,
-    running_port,
-    stop_embedded,
-)
+from p2panda_assets.store.embedded import ensure_embedded, layout, running_port, stop_embedded
 from tests.postgres import embedded_home
 
 pytestmark = pytest.mark.postgres
@@ -54,12 +48,6 @@ def test_embedded_server_starts_reuses_and_stops(home: Path) -> None:
     assert stop_embedded(home) is True
     assert running_port(layout(home)) is None
     assert stop_embedded(home) is False
-
-
-def test_the_server_runs_with_its_settings(home: Path) -> None:
-    with psycopg.connect(ensure_embedded(home)) as conn:
-        for name, value in SERVER_SETTINGS.items():
-            assert conn.execute(f"SHOW {name}").fetchone() == (value,)
 
 
 def test_a_restart_keeps_the_remembered_port(home: Path) -> None:
