@@ -18,7 +18,7 @@ Every distinct entry ends with exactly one `Account` (rule A-ONCE, docs/semantic
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Generic
@@ -365,12 +365,18 @@ def applied_if_live(instance: Instance, lens: Lens) -> set[bytes]:
 
 def instance_accounts(instance: Instance, lens: Lens, schema_id: str) -> Accounts:
     """Messages that shape a live instance are applied; the rest (and everything of a
-    deleted instance) is superseded."""
-    shaping = applied_if_live(instance, lens) if instance.deleted_by is None else set()
+    deleted instance) is superseded (`message_state`)."""
+    live = instance.deleted_by is None
+    shaping = applied_if_live(instance, lens) if live else set()
     return {
-        h: Account(State.APPLIED if h in shaping else State.SUPERSEDED, schema_id=schema_id)
-        for h in instance.messages
+        h: Account(message_state(h, live, shaping), schema_id=schema_id) for h in instance.messages
     }
+
+
+def message_state(message: bytes, live: bool, shaping: Collection[bytes]) -> State:
+    """The state of one message of an instance: applied if the instance is live and
+    the message shapes it (`applied_if_live`), else superseded."""
+    return State.APPLIED if live and message in shaping else State.SUPERSEDED
 
 
 def reduction_accounts(reduction: LogReduction, schema_id: str) -> Accounts:

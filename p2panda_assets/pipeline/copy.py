@@ -16,9 +16,10 @@ from __future__ import annotations
 import json
 import pickle
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import groupby
+from typing import Any
 
 import psycopg
 import pyarrow as pa
@@ -102,12 +103,31 @@ class CopyResult:
     tallies: dict[str, dict[str, int]]  # destination -> value -> rows whose tally holds it
 
 
+Columns = dict[str, list[Any]]  # one Arrow batch, column by column
+
+
+@dataclass(frozen=True, slots=True)
+class Derived:
+    """Rows for one more target, made in the workers from each batch of the frame
+    (`rows_of`: module-level, so the workers import it rather than unpickle it)."""
+
+    target: Target
+    rows_of: Callable[[Columns], Iterable[Sequence[object]]]
+
+
 def copy_partitions(
-    frame: DataFrame, url: str, targets: dict[str, Target], tally: str | None = None
+    frame: DataFrame,
+    url: str,
+    targets: dict[str, Target],
+    tally: str | None = None,
+    derived: Derived | None = None,
 ) -> CopyResult:
-    """Write every (dest, row) of `frame` into its target, from the partitions. With
-    `tally`, a column of string lists: how many rows of each destination hold each value
-    (in the same scan of the rows: a count of its own is another Spark job)."""
+    """Write every (dest, row) of `frame` into its target, from the partitions; a row
+    with no `dest` is there for `derived` alone. With `tally`, a column of string
+    lists: how many rows of each destination hold each value. With `derived`, the rows
+    it makes of each batch go into its target; a failure there fails the call. Both in
+    the same scan of the frame: each more is another Spark job, and another read of
+    what it reads."""
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         written: dict[str, int] = {}
@@ -118,8 +138,16 @@ def copy_partitions(
                 columns = batch.to_pydict()
                 if tally is not None:
                     for dest, values in zip(columns["dest"], columns[tally], strict=True):
-                        tallies.setdefault(dest, Counter()).update(values or ())
-                pairs = sorted(zip(columns["dest"], columns["row"], strict=True), key=_dest)
+                        if dest is not None:
+                            tallies.setdefault(dest, Counter()).update(values or ())
+                pairs = sorted(
+                    (
+                        p
+                        for p in zip(columns["dest"], columns["row"], strict=True)
+                        if p[0] is not None
+                    ),
+                    key=_dest,
+                )
                 for dest, group in groupby(pairs, key=_dest):
                     if dest in errors:
                         continue
@@ -128,6 +156,8 @@ def copy_partitions(
                         written[dest] = written.get(dest, 0) + copy_rows(conn, targets[dest], rows)
                     except Exception as error:  # one destination fails, not the partition
                         errors[dest] = f"{type(error).__name__}: {error}".strip()
+                if derived is not None:
+                    copy_rows(conn, derived.target, derived.rows_of(columns))
         dests = sorted(written.keys() | errors.keys() | tallies.keys())
         yield pa.RecordBatch.from_pydict(
             {
@@ -142,8 +172,7 @@ def copy_partitions(
     rows: dict[str, int] = {}
     errors: dict[str, str] = {}
     tallies: dict[str, dict[str, int]] = {}
-    columns = ["dest", "row"] if tally is None else ["dest", "row", tally]
-    for result in frame.select(*columns).mapInArrow(write, RESULT_SPARK).collect():
+    for result in frame.mapInArrow(write, RESULT_SPARK).collect():
         dest = result["dest"]
         rows[dest] = rows.get(dest, 0) + result["rows"]
         if result["error"] is not None:

@@ -19,8 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 import psycopg
-from pyspark import StorageLevel
-from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from p2panda_assets.engine.compatibility import history_compatibility
@@ -35,6 +34,8 @@ from p2panda_assets.failpoints import Failpoint, failpoint
 from p2panda_assets.pipeline.columns import pg_type
 from p2panda_assets.pipeline.copy import (
     ACCOUNT_COLUMNS,
+    CopyResult,
+    Derived,
     Target,
     copy_frame,
     copy_partitions,
@@ -55,7 +56,7 @@ from p2panda_assets.pipeline.increments import (
 )
 from p2panda_assets.pipeline.index import IndexResult
 from p2panda_assets.pipeline.local_frames import local_frame
-from p2panda_assets.pipeline.reduction import reduce_instance_logs
+from p2panda_assets.pipeline.reduction import ACCOUNTED, accounts_of, reduce_instance_logs
 from p2panda_assets.pipeline.spark import sized_for_the_store
 from p2panda_assets.protocol.ids import checked_schema_id
 from p2panda_assets.statuses import Assignment, BuildStatus
@@ -438,15 +439,10 @@ def _build_increments(
         accounts = tables.create_shared_stage(conn, f"stage_{token}_accounts", "accounts")
         gone_rows = [(s, h) for s in ok for h in deleted_now[s]]
         gone = local_frame(spark, gone_rows, "schema string, hash binary")
-        instances = reduced.filter((F.col("row_type") == "instance") & F.col("schema").isin(ok))
-        flagged = _flag_live(instances, gone, len(gone_rows))
         row_targets = {s: _row_target(stages[s], catalog.histories[s].lens) for s in ok}
-        result = copy_partitions(
-            flagged.filter("live").select(F.col("schema").alias("dest"), "row"), url, row_targets
-        )
+        result = _stage_reduced(url, reduced, ok, (gone, len(gone_rows)), row_targets, accounts)
         for schema_id, error in result.errors.items():
             _fail(conn, by_id[schema_id], f"writing rows failed: {error}", None)
-        _stage_accounts(url, reduced, flagged, ok, accounts)
         tables.index_shared_stage(conn, accounts)
         for schema_id in ok:
             outcome = by_id[schema_id]
@@ -555,23 +551,49 @@ def _fallbacks_after(
     return {name: counts.get(name, 0) for name in catalog.histories[schema_id].lens}
 
 
-def _flag_live(instances: DataFrame, deleted: DataFrame, deleted_rows: int) -> DataFrame:
-    """The instances with `live`: not in `deleted` (schema, hash), of `deleted_rows` rows.
-
-    Up to `BROADCAST_KEYS` rows, `deleted` is broadcast, and the flags are computed again
-    at each use of the frame (three: rows, fallbacks, accounts), each a scan of the
-    reduced rows on disk. Above, every instance (its table row pickled) is shuffled to
-    meet `deleted`, and the result is kept on disk. Keeping the broadcast join's result
-    too ran the JVM's 512m heap out of memory at the bench's 1M (~100,000 deleted ids):
-    without a shuffle, each task caches a whole partition of the reduction. At 1M,
-    broadcast and computed thrice, the rows were copied in 4.2 s against 10.3-10.6 s
-    shuffled (bench/pipeline.py --spark-events)."""
+def _flag_live(rows: DataFrame, deleted: DataFrame, deleted_rows: int) -> DataFrame:
+    """The rows with `live`: not in `deleted` (schema, hash), of `deleted_rows` rows.
+    Up to `BROADCAST_KEYS` rows, `deleted` is broadcast; above, both sides are shuffled
+    (at 1M, ~100,000 deleted ids: the rows were copied in 4.2 s broadcast against
+    10.3-10.6 s shuffled, bench/pipeline.py --spark-events)."""
     gone = deleted.withColumn("gone", F.lit(True))
     if deleted_rows <= BROADCAST_KEYS:
-        joined = instances.join(F.broadcast(gone), ["schema", "hash"], "left")
-        return joined.withColumn("live", F.col("gone").isNull())
-    joined = instances.join(gone, ["schema", "hash"], "left")
-    return joined.withColumn("live", F.col("gone").isNull()).persist(StorageLevel.DISK_ONLY)
+        gone = F.broadcast(gone)
+    joined = rows.join(gone, ["schema", "hash"], "left")
+    return joined.withColumn("live", F.col("gone").isNull())
+
+
+def _stage_reduced(
+    url: str,
+    reduced: DataFrame,
+    ok: list[str],
+    deleted: tuple[DataFrame, int],
+    targets: dict[str, Target],
+    accounts: Stage | None,
+) -> CopyResult:
+    """In one scan of the reduction (`copy_partitions`), of the schemas `ok`: each live
+    instance's table row into its schema's stage in `targets` (its fallbacks tallied),
+    and, unless `accounts` is None, every account into it (`reduction.accounts_of`).
+    `deleted`: the instances the cascades left deleted, and how many. At 1M entries
+    the rows and the accounts took 4.6 and 4.8 s in two scans, 7.4 s in one
+    (bench/pipeline.py --spark-events)."""
+    staged = reduced.filter(
+        F.col("row_type").isin("instance", "account") & F.col("schema").isin(ok)
+    )
+    flagged = _flag_live(staged, *deleted)
+    is_row = (F.col("row_type") == "instance") & F.col("live") & F.col("schema").isin(list(targets))
+    columns: list[Column | str] = [
+        F.when(is_row, F.col("schema")).alias("dest"),
+        F.when(is_row, F.col("row")).alias("row"),  # no pickle of a row not copied
+        "fell_back",
+    ]
+    derived = None
+    if accounts is not None:
+        columns += [*ACCOUNTED, "live"]
+        derived = Derived(Target.into(accounts, ACCOUNT_COLUMNS), accounts_of)
+    return copy_partitions(
+        flagged.select(*columns), url, targets, tally="fell_back", derived=derived
+    )
 
 
 def _write(
@@ -591,26 +613,17 @@ def _write(
     the schemas `ok` (whose logs all reduced)."""
     instances = reduced.filter((F.col("row_type") == "instance") & F.col("schema").isin(ok))
     deleted = _cascade(spark, conn, catalog, instances, ok)
-    flagged = _flag_live(instances, deleted, deleted.count())
-    live = flagged.filter("live")
     targets = {
         s: _row_target(stage, catalog.histories[s].lens) for s, stage in stages.items() if s in ok
     }
-    result = copy_partitions(
-        live.filter(F.col("schema").isin(list(targets))).select(
-            F.col("schema").alias("dest"), "row", "fell_back"
-        ),
-        url,
-        targets,
-        tally="fell_back",
-    )
+    staged_accounts = accounts if as_of is None else None
+    result = _stage_reduced(url, reduced, ok, (deleted, deleted.count()), targets, staged_accounts)
     for schema_id, error in result.errors.items():
         _fail(conn, by_id[schema_id], f"writing rows failed: {error}", as_of)
     for schema_id in ok:
         by_id[schema_id].rows = result.rows.get(schema_id, 0)
         by_id[schema_id].fallbacks = _fallbacks(catalog, schema_id, result.tallies)
     if as_of is None:
-        _stage_accounts(url, reduced, flagged, ok, accounts)
         copy_frame(
             deleted.filter(F.col("schema").isin(ok)).select(
                 F.col("schema").alias("schema_id"), F.col("hash").alias("instance_id")
@@ -634,37 +647,6 @@ def _row_target(stage: Stage, lens: Lens) -> Target:
     columns = tuple(c for c, _ in tables.SYSTEM_COLUMNS) + tuple(lens)
     types = SYSTEM_TYPES + tuple(pg_type(spec.type) for spec in lens.values())
     return Target(stage.schema, stage.name, columns, types)
-
-
-def _stage_accounts(
-    url: str,
-    reduced: DataFrame,
-    flagged: DataFrame,
-    ok: list[str],
-    accounts: Stage,
-) -> None:
-    """The accounts of the schemas' instance logs: rejected, pending and delete entries
-    from the reduction; each instance's messages applied or superseded, as the engine's
-    `instance_accounts` decides: applied when the instance survived the cascades and
-    the message still shapes it."""
-    from_reduction = reduced.filter(
-        (F.col("row_type") == "account") & F.col("schema").isin(ok)
-    ).select("hash", F.col("schema").alias("schema_id"), "state", "reason", "message")
-    shaped = F.col("live") & F.array_contains("shaping", F.col("m"))
-    from_instances = flagged.select(
-        F.explode("messages").alias("m"), "live", "shaping", "schema"
-    ).select(
-        F.col("m").alias("hash"),
-        F.col("schema").alias("schema_id"),
-        F.when(shaped, "applied").otherwise("superseded").alias("state"),
-        F.lit(None).cast("string").alias("reason"),
-        F.lit("").alias("message"),
-    )
-    copy_frame(
-        from_reduction.unionByName(from_instances),
-        url,
-        Target.into(accounts, ACCOUNT_COLUMNS),
-    )
 
 
 def _fallbacks(

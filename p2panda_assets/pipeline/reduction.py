@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pickle
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from decimal import Decimal
 from typing import cast
 
@@ -22,11 +22,13 @@ from p2panda_assets.engine.corpus import (
     Catalog,
     ChainedLog,
     applied_if_live,
+    message_state,
     reduce_instance_log,
     reduction_accounts,
 )
 from p2panda_assets.engine.instances import Instance, OwnerLookup
 from p2panda_assets.pipeline import increments
+from p2panda_assets.pipeline.copy import Columns
 from p2panda_assets.pipeline.groups import Row, arrow_schema, map_groups
 from p2panda_assets.pipeline.index import account_rows, items_log
 from p2panda_assets.pipeline.local_frames import local_frame
@@ -263,6 +265,24 @@ def reduce_instance_logs(
     rows = [row for row in rows if row["row_type"] != OWNERS]
     rows += _collected(second, collect)
     return first.filter(F.col("row_type") != OWNERS).unionByName(second), rows
+
+
+# The columns of the reduced rows `accounts_of` reads, `live` (after the cascades) besides.
+ACCOUNTED = ("row_type", "schema", "hash", "messages", "shaping", "state", "reason", "message")
+
+
+def accounts_of(columns: Columns) -> Iterator[tuple[object, ...]]:
+    """The accounts (`copy.ACCOUNT_COLUMNS`) in one batch of reduced rows (`ACCOUNTED`
+    and `live`): an `account` row's own, and each message of an `instance` row, applied
+    or superseded as the engine's `message_state` decides; other rows have none."""
+    rows = zip(*(columns[name] for name in (*ACCOUNTED, "live")), strict=True)
+    for row_type, schema, hash_, messages, shaping, state, reason, message, live in rows:
+        if row_type == "instance":
+            shapes = set(shaping or ())
+            for m in messages or ():
+                yield (m, schema, message_state(m, bool(live), shapes).value, None, "")
+        elif row_type == "account":
+            yield (hash_, schema, state, reason, message)
 
 
 def _collected(reduced: DataFrame, row_types: Sequence[str]) -> list[SparkRow]:

@@ -1,5 +1,6 @@
 """`copy_partitions` writes each destination's rows from the partitions, a failing
-destination fails alone, and the tally it takes in the same scan counts every row."""
+destination fails alone, and the tally and the derived rows it makes in the same scan
+count and derive from every row."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import psycopg
 import pytest
 from pyspark.sql import SparkSession
 
-from p2panda_assets.pipeline.copy import Target, copy_partitions
+from p2panda_assets.pipeline.copy import Columns, Derived, Target, copy_partitions
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
@@ -51,3 +52,29 @@ def test_without_a_tally_no_column_is_read(
     assert result.rows == {"plain": 1}
     assert result.errors == {}
     assert result.tallies == {"plain": {}}
+
+
+def test_derived_rows_go_to_their_target_in_the_same_scan(
+    spark: SparkSession, conn: psycopg.Connection, database_url: str
+) -> None:
+    conn.execute("CREATE TABLE p2panda.copy_rows (n bigint)")
+    conn.execute("CREATE TABLE p2panda.copy_derived (n bigint, twice bigint)")
+    targets = {"rows": Target("p2panda", "copy_rows", ("n",), ("int8",))}
+    derived_target = Target("p2panda", "copy_derived", ("n", "twice"), ("int8", "int8"))
+
+    def doubled(columns: Columns) -> list[tuple[int, int]]:
+        return [(n, 2 * n) for n in columns["n"]]
+
+    # Every third row has no destination: it is there for the derived rows alone.
+    rows = [("rows" if n % 3 else None, pickle.dumps((n,)), n) for n in range(30)]
+    frame = spark.createDataFrame(rows, "dest string, row binary, n long")
+
+    result = copy_partitions(
+        frame.repartition(3), database_url, targets, derived=Derived(derived_target, doubled)
+    )
+
+    assert result.rows == {"rows": 20}
+    copied = conn.execute("SELECT n FROM p2panda.copy_rows ORDER BY n").fetchall()
+    assert copied == [(n,) for n in range(30) if n % 3]
+    derived = conn.execute("SELECT n, twice FROM p2panda.copy_derived ORDER BY n").fetchall()
+    assert derived == [(n, 2 * n) for n in range(30)]
