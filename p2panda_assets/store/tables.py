@@ -148,7 +148,7 @@ def swap_schema(
             "DELETE FROM p2panda.accounts WHERE origin = 'instance' AND schema_id = %s",
             (outcome.schema_id,),
         )
-        _upsert_instance_accounts(conn, accounts, outcome.schema_id)
+        insert_instance_accounts(conn, accounts, outcome.schema_id)
         conn.execute(
             "DELETE FROM p2panda.deleted_instances WHERE schema_id = %s", (outcome.schema_id,)
         )
@@ -197,16 +197,38 @@ def apply_increment(
         failpoint(Failpoint.SWAPPING)
 
 
+def insert_instance_accounts(conn: psycopg.Connection, accounts: Stage, schema_id: str) -> None:
+    """The staged accounts of the schema's instance logs into `p2panda.accounts`, once
+    its own are deleted (a whole build's swap): then none of them is there, unless
+    another schema holds an entry's account (the entry's log was assigned to it before,
+    and it was not built since). A plain INSERT is tried first, in a savepoint, and the
+    upsert only if it meets such a row: ON CONFLICT probes the key once more for every
+    row (1M accounts in 20 schemas: 4.1 s against 5.5 s)."""
+    try:
+        with conn.transaction():
+            _add_instance_accounts(conn, accounts, schema_id, "")
+    except psycopg.errors.UniqueViolation:
+        _upsert_instance_accounts(conn, accounts, schema_id)
+
+
 def _upsert_instance_accounts(conn: psycopg.Connection, accounts: Stage, schema_id: str) -> None:
-    """The staged accounts of the schema's instance logs into `p2panda.accounts`, in the
-    order of the primary key: neighbouring rows land on the same index pages, and
-    concurrent upserts take their row locks in one order (50,000 rows: 0.35-0.45 s
-    against 0.40-0.54 s unsorted, six runs each)."""
+    """The staged accounts of the schema's instance logs into `p2panda.accounts`, each
+    replacing the account of its entry if there is one."""
+    _add_instance_accounts(conn, accounts, schema_id, UPSERT_ACCOUNTS)
+
+
+def _add_instance_accounts(
+    conn: psycopg.Connection, accounts: Stage, schema_id: str, on_conflict: str
+) -> None:
+    """Insert the staged accounts of the schema, in the order of the primary key:
+    neighbouring rows land on the same index pages, and concurrent upserts take their
+    row locks in one order (50,000 rows: 0.35-0.45 s against 0.40-0.54 s unsorted, six
+    runs each)."""
     conn.execute(
         sql.SQL(
             "INSERT INTO p2panda.accounts (hash, schema_id, state, reason, message, origin)"
             " SELECT hash, schema_id, state, reason, message, 'instance' FROM {}"
-            " WHERE schema_id = %s ORDER BY hash" + UPSERT_ACCOUNTS
+            " WHERE schema_id = %s ORDER BY hash" + on_conflict
         ).format(accounts.identifier),
         (schema_id,),
     )
