@@ -5,10 +5,10 @@ Julian calendar, `bytea[]` fails outright) and cannot quote column names. Here e
 travels as a pickled tuple of engine values and is written by psycopg's binary dumpers,
 which keep every value PostgreSQL can hold; columns are named with `sql.Identifier`.
 
-A frame to copy has two columns: `dest` (a key of `targets`) and `row` (the pickle).
-One partition writes its rows destination by destination over one connection; a COPY
-that fails fails only its destination, and the result says which, so one schema's bad
-row never stops the others.
+A frame to copy has the columns `dest` (a key of `targets`) and `row` (the pickle), and
+those its tally and its derived rows read (`copy_partitions`). One partition writes its
+rows destination by destination over one connection; a COPY that fails fails only its
+destination, and the result says which, so one schema's bad row never stops the others.
 """
 
 from __future__ import annotations
@@ -123,7 +123,8 @@ def copy_partitions(
     derived: Derived | None = None,
 ) -> CopyResult:
     """Write every (dest, row) of `frame` into its target, from the partitions; a row
-    with no `dest` is there for `derived` alone. With `tally`, a column of string
+    with no `dest` is there for `derived` alone. Every column of `frame` crosses to the
+    Python workers: it should hold those the call reads, no more. With `tally`, a column of string
     lists: how many rows of each destination hold each value. With `derived`, the rows
     it makes of each batch go into its target; a failure there fails the call. Both in
     the same scan of the frame: each more is another Spark job, and another read of

@@ -229,13 +229,13 @@ def _cascade(
     before) or in this run (a fixpoint over all its schemas), as
     `engine.cascade.apply_cascades` does schema by schema. Only the joins the cascade
     fields need are run: each is a Spark job or more. Checkpointed (a union of
-    checkpoints), whichever way it ends: it is counted, then read at each use of the
-    flags (`_flag_live`).
+    checkpoints), whichever way it ends: it is counted, then read by the flags
+    (`_flag_live`) and copied as the deleted sets.
 
     The rounds are semi-naive: each joins the references with the instances the round
     before found, not with every deleted one, and the set grows as a union of the rounds'
-    checkpoints, not by checkpointing the union again (a Spark job a round: ~0.4 s at
-    100k entries, ~0.9 s at 1M, bench/pipeline.py --spark-events)."""
+    checkpoints, not by checkpointing the union again (a Spark job a round: 0.77 s at
+    1M entries, bench/pipeline.py --spark-events)."""
     deleted = instances.filter("deleted").select("schema", "hash")
     targets = {t for s in schema_ids for t in cascade_targets(catalog, s)}
     if not targets:
