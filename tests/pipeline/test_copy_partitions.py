@@ -41,7 +41,7 @@ def test_rows_errors_and_tallies_by_destination(
     assert conn.execute("SELECT count(*) FROM p2panda.copy_bad").fetchone() == (0,)
 
 
-def test_without_a_tally_no_column_is_read(
+def test_a_frame_of_dest_and_row_alone_copies_with_empty_tallies(
     spark: SparkSession, conn: psycopg.Connection, database_url: str
 ) -> None:
     conn.execute("CREATE TABLE p2panda.copy_plain (n bigint)")
