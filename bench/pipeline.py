@@ -547,11 +547,11 @@ def run(args: argparse.Namespace) -> dict[str, object]:
                 f"{session_s:.1f} s ({spark_master()}, {cores} cores; Python workers started)",
             )
             try:
-                with connect(url, autocommit=True) as conn:
+                with connect(url, autocommit=True) as conn, connect(url, autocommit=True) as spare:
                     ensure_schema(conn)
                     started = time.perf_counter()
                     with stage("ingest"):
-                        counts = ingest(conn, read_entry_lines([path]))
+                        counts = ingest(conn, read_entry_lines([path]), spare=spare)
                     ingest_s = time.perf_counter() - started
                     line(
                         "ingest",
@@ -646,8 +646,8 @@ def measure_increment(
     if later is None:
         return {}
     started = time.perf_counter()
-    with stage("incremental ingest"):
-        counts = ingest(conn, read_entry_lines([later]))
+    with stage("incremental ingest"), connect(url, autocommit=True) as spare:
+        counts = ingest(conn, read_entry_lines([later]), spare=spare)
     ingested = time.perf_counter() - started
     with stage("incremental pipeline"), timed_stages() as stages:
         outcomes = run_module.run_pipeline(spark, conn, url)

@@ -72,9 +72,9 @@ def run_ingest(args: argparse.Namespace) -> int:
     for path in args.files:
         _check_readable(path)  # before storing anything: all files, or none
     tty = sys.stderr.isatty()
-    with open_store() as conn:
+    with open_store() as conn, open_store() as spare:
         items = _warn_bad_lines(_read(args.files), clear=tty)
-        counts = ingest(conn, items, progress=_show_progress if tty else None)
+        counts = ingest(conn, items, progress=_show_progress if tty else None, spare=spare)
     if tty:
         print(CLEAR_LINE, end="", file=sys.stderr)
     print(f"accepted {counts.accepted}, duplicate {counts.duplicate}, rejected {counts.rejected}")

@@ -7,7 +7,9 @@ once, by the pipeline. Entries that fail here are stored anyway, with their reas
 docs/semantics.md).
 
 Work goes in batches: checked in Python, COPYed into a temporary staging table, then
-merged into `p2panda.entries` by one INSERT ... ON CONFLICT, committed per batch.
+merged into `p2panda.entries` by one INSERT ... ON CONFLICT, committed per batch. `panda
+ingest` merges two batches at once, on two connections: the merge costs PostgreSQL more
+than the check costs Python (bench/ingest.py).
 
 Counting follows the entries one by one, in order, whatever the batch boundaries:
 - a new entry hash is `accepted` (no verdict) or `rejected` (stored with a verdict);
@@ -19,6 +21,7 @@ Counting follows the entries one by one, in order, whatever the batch boundaries
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -114,6 +117,7 @@ class StagedBatch:
     first_bad: list[bytes]  # hashes whose first copy had a payload verdict, then a good one
     entries: int  # (entry, payload) pairs in the batch, copies included
     bad_lines: int
+    hashes: frozenset[bytes]  # of the entries it stores
 
 
 def ingest(
@@ -122,26 +126,43 @@ def ingest(
     *,
     batch_size: int = BATCH_SIZE,
     progress: Callable[[IngestCounts], None] | None = None,
+    spare: psycopg.Connection | None = None,
 ) -> IngestCounts:
     """Store `items` (what `jsonlines.read_entry_lines` yields); the counts.
 
     Each batch is committed on its own (when `conn` has no transaction open), so a long
     ingest keeps what it stored if it is interrupted; running it again counts those
     entries as duplicates. While the database merges one batch, the next is decoded and
-    checked in this thread: the two overlap on two cores. `progress` is called with the
-    running totals after each batch.
+    checked in this thread: the two overlap on two cores. With a `spare` connection
+    (autocommit, like `conn`), two batches merge at once, in two backends: the merge is
+    the larger half of the work. `progress` is called with the running totals after each
+    batch.
     """
+    connections = [conn] if spare is None else [conn, spare]
     counts = IngestCounts()
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="p2panda-ingest") as database:
-        storing: Future[IngestCounts] | None = None
-        for batch in _batches(items, batch_size):
+    merging: deque[tuple[Future[IngestCounts], frozenset[bytes]]] = deque()
+    with ThreadPoolExecutor(len(connections), thread_name_prefix="p2panda-ingest") as database:
+        for number, batch in enumerate(_batches(items, batch_size)):
             staged = stage_batch(batch)
-            if storing is not None:
-                counts = _report(counts + storing.result(), progress)
-            storing = database.submit(store_batch, conn, staged)
-        if storing is not None:
-            counts = _report(counts + storing.result(), progress)
+            while merging and (len(merging) == len(connections) or _overlaps(staged, merging)):
+                counts = _report(counts + merging.popleft()[0].result(), progress)
+            # The batches still merging are the ones just before this: their
+            # connections are not this one's.
+            on = connections[number % len(connections)]
+            merging.append((database.submit(store_batch, on, staged), staged.hashes))
+        while merging:
+            counts = _report(counts + merging.popleft()[0].result(), progress)
     return counts
+
+
+def _overlaps(
+    staged: StagedBatch, merging: Iterable[tuple[Future[IngestCounts], frozenset[bytes]]]
+) -> bool:
+    """Whether a batch shares an entry with one still merging. It then waits for that
+    one: batches that merge at once share no entry, so the counts are those of merging
+    the batches one by one, in order (a good copy replacing a bad one is `accepted`
+    only after the bad one is stored)."""
+    return any(not staged.hashes.isdisjoint(hashes) for _, hashes in merging)
 
 
 def _report(counts: IngestCounts, progress: Callable[[IngestCounts], None] | None) -> IngestCounts:
@@ -159,6 +180,7 @@ def stage_batch(batch: list[Item]) -> StagedBatch:
         first_bad=list(first_bad),
         entries=len(rows),
         bad_lines=len(batch) - len(rows),
+        hashes=frozenset(row[0] for row in kept),
     )
 
 

@@ -4,6 +4,8 @@ either order; and the counts do not depend on how the input is batched."""
 
 from __future__ import annotations
 
+import secrets
+
 import psycopg
 import pytest
 
@@ -125,17 +127,57 @@ def test_a_bad_copy_stays_until_a_good_one_comes(conn, pairs: list[Pair]) -> Non
     assert stored(conn, entry)[1] == Reason.MISSING_PAYLOAD
 
 
-def test_counts_do_not_depend_on_batch_size(database_url: str, pairs: list[Pair]) -> None:
+@pytest.mark.parametrize("two_connections", [False, True])
+def test_counts_do_not_depend_on_batch_size(
+    database_url: str, pairs: list[Pair], two_connections: bool
+) -> None:
     (e0, p0), (e1, p1) = pairs[:2]
     items = [(e0, None), bad_line(), *pairs, (e1, b"x"), (e0, p0), (e1, p1), bad_line()]
     results = set()
     for batch_size in (1, 2, 3, 10_000):
-        with psycopg.connect(database_url, autocommit=True) as conn:
+        with (
+            psycopg.connect(database_url, autocommit=True) as conn,
+            psycopg.connect(database_url, autocommit=True) as spare,
+        ):
             conn.execute("DROP SCHEMA IF EXISTS p2panda CASCADE")
             ensure_schema(conn)
-            results.add(ingest(conn, items, batch_size=batch_size))
+            results.add(
+                ingest(conn, items, batch_size=batch_size, spare=spare if two_connections else None)
+            )
             assert count_entries(conn) == 5
+            assert {bytes(stored(conn, e)[0]) for e, _ in pairs} == {p for _, p in pairs}
     assert results == {IngestCounts(accepted=5, duplicate=3, rejected=3)}
+
+
+def junk_before(hash_: bytes, count: int) -> list[Pair]:
+    """`count` undecodable entries whose hashes sort before `hash_`: a merge stores
+    them, in hash order, before it."""
+    junk: list[Pair] = []
+    while len(junk) < count:
+        raw = secrets.token_bytes(40)
+        if DEFAULT_ALGORITHM.hash(raw) < hash_:
+            junk.append((raw, None))
+    return junk
+
+
+def test_two_connections_merge_copies_of_an_entry_in_input_order(
+    database_url: str, pairs: list[Pair]
+) -> None:
+    """A bad copy in a long batch, the good copy in a short one after it: on two
+    connections the short batch would merge while the long one still writes what sorts
+    before the entry, and the good copy land first (accepted, the bad one then a
+    duplicate). A batch waits for one still merging that holds the same entry."""
+    entry, payload = pairs[0]
+    junk = junk_before(decode_entry(entry).hash, 3_000)
+    items = [(entry, None), *junk, (entry, payload)]
+    with (
+        psycopg.connect(database_url, autocommit=True) as conn,
+        psycopg.connect(database_url, autocommit=True) as spare,
+    ):
+        ensure_schema(conn)
+        counts = ingest(conn, items, batch_size=len(items) - 1, spare=spare)
+        assert stored(conn, entry)[:2] == (payload, None)
+    assert counts == IngestCounts(accepted=1, duplicate=0, rejected=3_001)
 
 
 def test_progress_reports_running_totals(conn, pairs: list[Pair]) -> None:
