@@ -301,7 +301,7 @@ def _build(
     broadcast = spark.sparkContext.broadcast(catalog)
     try:
         stages = _row_stages(conn, catalog, outcomes, token)
-        accounts = tables.create_account_stage(conn, f"stage_{token}_accounts", schema_ids)
+        accounts = tables.create_shared_stage(conn, f"stage_{token}_accounts", "accounts")
         deleted_stage = tables.create_shared_stage(
             conn, f"stage_{token}_deleted", "deleted_instances"
         )
@@ -325,6 +325,7 @@ def _build(
                 deleted_stage,
                 as_of,
             )
+        tables.index_shared_stage(conn, accounts)
         tables.index_shared_stage(conn, deleted_stage)
         failpoint(Failpoint.STAGED)
         for schema_id, outcome in by_id.items():
@@ -435,13 +436,14 @@ def _build_increments(
         deleted_now, whole = _settle_cascades(catalog, ok, again, stored)
         ok = [s for s in ok if s not in whole]
         stages = _row_stages(conn, catalog, [by_id[s] for s in ok], token)
-        accounts = tables.create_account_stage(conn, f"stage_{token}_accounts", ok)
+        accounts = tables.create_shared_stage(conn, f"stage_{token}_accounts", "accounts")
         gone_rows = [(s, h) for s in ok for h in deleted_now[s]]
         gone = local_frame(spark, gone_rows, "schema string, hash binary")
         row_targets = {s: _row_target(stages[s], catalog.histories[s].lens) for s in ok}
         result = _stage_reduced(url, reduced, ok, (gone, len(gone_rows)), row_targets, accounts)
         for schema_id, error in result.errors.items():
             _fail(conn, by_id[schema_id], f"writing rows failed: {error}", None)
+        tables.index_shared_stage(conn, accounts)
         for schema_id in ok:
             outcome = by_id[schema_id]
             if outcome.status is BuildStatus.FAILED:

@@ -122,30 +122,6 @@ def index_stage(conn: psycopg.Connection, stage: Stage) -> None:
     )
 
 
-def create_account_stage(conn: psycopg.Connection, name: str, schema_ids: Sequence[str]) -> Stage:
-    """A staging table of a run's instance accounts, partitioned by schema, a partition
-    for each of `schema_ids` (a row of another schema fails its COPY). Each swap reads
-    its schema's partition alone, and no index is built once the rows are in: 1M
-    accounts in 20 schemas went into `p2panda.accounts` in 4.1 s against 5.6 s from one
-    table indexed on `schema_id`, whose index took 0.8 s more to build."""
-    stage = Stage("p2panda", name)
-    with conn.transaction():  # all of it or none: the caller drops what it got
-        conn.execute(
-            sql.SQL(
-                "CREATE UNLOGGED TABLE {} (LIKE p2panda.accounts INCLUDING DEFAULTS)"
-                " PARTITION BY LIST (schema_id)"
-            ).format(stage.identifier)
-        )
-        for i, schema_id in enumerate(schema_ids):
-            partition = sql.Identifier("p2panda", f"{name}_{i}")
-            conn.execute(
-                sql.SQL("CREATE UNLOGGED TABLE {} PARTITION OF {} FOR VALUES IN ({})").format(
-                    partition, stage.identifier, sql.Literal(schema_id)
-                )
-            )
-    return stage
-
-
 def index_shared_stage(conn: psycopg.Connection, stage: Stage) -> None:
     """An index on `schema_id`, and the planner's statistics, once the rows are in:
     each schema's swap reads its own rows of a stage that holds every schema's (without

@@ -15,7 +15,7 @@ ROWS = [(bytes([n]) * 34, "applied" if n % 2 else "superseded") for n in range(1
 
 
 def stage_accounts(conn: psycopg.Connection, schema_id: str) -> tables.Stage:
-    stage = tables.create_account_stage(conn, "stage_test_accounts", [schema_id])
+    stage = tables.create_shared_stage(conn, "stage_test_accounts", "accounts")
     for entry, state in ROWS:
         conn.execute(
             sql.SQL(
@@ -54,25 +54,3 @@ def test_staged_instance_accounts_are_added_whoever_held_an_entry(
     expected = [(entry, "mine", state, None, "", "instance") for entry, state in ROWS]
     expected.append((bytes([99]) * 34, "other", "applied", None, None, "instance"))
     assert stored(conn) == expected
-
-
-def test_an_account_stage_holds_each_schema_in_a_partition_and_no_other_schema(
-    conn: psycopg.Connection,
-) -> None:
-    stage = tables.create_account_stage(conn, "stage_test_accounts", ["mine", "yours"])
-    insert = sql.SQL(
-        "INSERT INTO {} (hash, schema_id, state, message) VALUES (%s, %s, 'applied', '')"
-    ).format(stage.identifier)
-    for n, schema_id in enumerate(["mine", "yours", "yours"]):
-        conn.execute(insert, (bytes([n]) * 34, schema_id))
-    held = conn.execute(
-        sql.SQL(
-            "SELECT tableoid::regclass::text, schema_id, count(*) FROM {} GROUP BY 1, 2 ORDER BY 1"
-        ).format(stage.identifier)
-    ).fetchall()
-    assert held == [
-        ("p2panda.stage_test_accounts_0", "mine", 1),
-        ("p2panda.stage_test_accounts_1", "yours", 2),
-    ]
-    with pytest.raises(psycopg.errors.CheckViolation):  # no partition holds it
-        conn.execute(insert, (bytes([9]) * 34, "theirs"))

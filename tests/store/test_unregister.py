@@ -212,7 +212,7 @@ def build_by_hand(conn: psycopg.Connection, notes: Notes) -> None:
         schema_log = set(schema.owner.log(schema.log_id).hashes.values())
 
         stage = staged_rows(conn, "p2panda_data", f"stage_hand_{i}", columns, table.rows)
-        accounts = tables.create_account_stage(conn, f"stage_hand_{i}_accounts", [schema_id])
+        accounts = tables.create_shared_stage(conn, f"stage_hand_{i}_accounts", "accounts")
         for entry, account in engine.accounts.items():
             if account.schema_id == schema_id and entry not in schema_log:
                 reason = None if account.reason is None else str(account.reason)
