@@ -67,12 +67,13 @@ def open_store() -> psycopg.Connection:
 
 
 def run_ingest(args: argparse.Namespace) -> int:
+    from p2panda_assets.store.database import connect
     from p2panda_assets.store.ingest import ingest
 
     for path in args.files:
         _check_readable(path)  # before storing anything: all files, or none
     tty = sys.stderr.isatty()
-    with open_store() as conn, open_store() as spare:
+    with open_store() as conn, connect(autocommit=True) as spare:  # merges in parallel
         items = _warn_bad_lines(_read(args.files), clear=tty)
         counts = ingest(conn, items, progress=_show_progress if tty else None, spare=spare)
     if tty:
