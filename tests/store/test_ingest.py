@@ -1,6 +1,7 @@
 """Ingest: every distinct entry is stored once; what ingest can already reject is stored
 with its reason; a good copy of an entry wins over a copy with a wrong payload, in
-either order; and the counts do not depend on how the input is batched."""
+either order; and the counts do not depend on how the input is batched or on how many
+connections merge it."""
 
 from __future__ import annotations
 
