@@ -22,12 +22,12 @@ from typing import cast
 
 import psycopg
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from p2panda_assets.engine.corpus import SCHEMA_KINDS, check_record
 from p2panda_assets.failpoints import Failpoint, failpoint
-from p2panda_assets.pipeline.copy import ACCOUNT_COLUMNS, Target, copy_frame, copy_rows
+from p2panda_assets.pipeline.copy import ACCOUNT_COLUMNS, Target, copy_rows
 from p2panda_assets.pipeline.groups import arrow_schema, record_batch
 from p2panda_assets.pipeline.local_frames import local_frame
 from p2panda_assets.pipeline.warehouse import Warehouse, children, exists, remove, warehouse_root
@@ -271,31 +271,26 @@ def _verify_in_spark(
     accounts: state_sql.Stage,
 ) -> None:
     """Each Spark task reads its range of new entries by binary COPY and verifies them:
-    they go from the entry store to the columnar store once, through one process."""
+    they go from the entry store to the columnar store once, through one process. The
+    task also writes what PostgreSQL gets of them (`copy_side_rows`), over a second
+    connection: no later job reads the batch again for it."""
     parts = max(1, min(spark.sparkContext.defaultParallelism * 2, new // 5000 + 1))
     ranges = split_range(*bounds, parts)
 
     def read_and_verify(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        with psycopg.connect(url, autocommit=True) as conn:
+        with (
+            psycopg.connect(url, autocommit=True) as conn,
+            psycopg.connect(url, autocommit=True) as out,
+        ):
             for batch in batches:
                 for task in cast(list[int], batch.column("id").to_pylist()):
                     for rows in state_sql.read_new_entries(conn, *ranges[task]):
-                        yield verify_rows(rows)
+                        verified = verify_rows(rows)
+                        copy_side_rows(out, verified, index, accounts)
+                        yield verified
 
     tasks = spark.range(0, len(ranges), numPartitions=len(ranges))
     tasks.mapInArrow(read_and_verify, VERIFIED_SPARK).write.mode("overwrite").parquet(path)
-    verified = spark.read.parquet(path)
-    schema_messages = verified.filter(F.col("kind").isin(*sorted(SCHEMA_KINDS)))
-    index_target = Target.into(index, INDEX_COLUMNS)
-    copy_frame(schema_messages.select(*index_target.columns), url, index_target)
-    rejected = verified.filter(F.col("verdict") != "ok").select(
-        "hash",
-        F.lit(None).cast("string").alias("schema_id"),
-        F.lit("rejected").alias("state"),
-        F.col("verdict").alias("reason"),
-        F.col("verdict_message").alias("message"),
-    )
-    copy_frame(rejected, url, Target.into(accounts, ACCOUNT_COLUMNS))
 
 
 def _verify_in_driver(
@@ -307,23 +302,41 @@ def _verify_in_driver(
     accounts: state_sql.Stage,
 ) -> None:
     batches = [verify_rows(rows) for rows in state_sql.read_new_entries(conn, *bounds)]
+    for batch in batches:
+        copy_side_rows(conn, batch, index, accounts)
     table = pa.Table.from_batches(batches, schema=VERIFIED_ARROW)
     spark.createDataFrame(table).write.mode("overwrite").parquet(path)
-    verified = table.to_pylist()
-    copy_rows(
-        conn,
-        Target.into(index, INDEX_COLUMNS),
-        ([r[c] for c, _ in INDEX_COLUMNS] for r in verified if r["kind"] in SCHEMA_KINDS),
-    )
-    copy_rows(
-        conn,
-        Target.into(accounts, ACCOUNT_COLUMNS),
-        (
-            [r["hash"], None, "rejected", r["verdict"], r["verdict_message"]]
-            for r in verified
-            if r["verdict"] != "ok"
-        ),
-    )
+
+
+SCHEMA_KINDS_ARROW = pa.array(sorted(SCHEMA_KINDS), pa.string())
+
+
+def side_rows(batch: pa.RecordBatch) -> tuple[list[list[object]], list[list[object]]]:
+    """What PostgreSQL gets of a verified batch: the index rows of its schema messages
+    (`INDEX_COLUMNS`; the sensors find reverts in them) and the accounts of its
+    rejected entries (`ACCOUNT_COLUMNS`)."""
+    schema_messages = batch.filter(pc.is_in(batch.column("kind"), value_set=SCHEMA_KINDS_ARROW))
+    index_rows = [[r[c] for c, _ in INDEX_COLUMNS] for r in schema_messages.to_pylist()]
+    rejected = batch.filter(pc.not_equal(batch.column("verdict"), pa.scalar("ok")))
+    account_rows: list[list[object]] = [
+        [r["hash"], None, "rejected", r["verdict"], r["verdict_message"]]
+        for r in rejected.to_pylist()
+    ]
+    return index_rows, account_rows
+
+
+def copy_side_rows(
+    conn: psycopg.Connection,
+    batch: pa.RecordBatch,
+    index: state_sql.Stage,
+    accounts: state_sql.Stage,
+) -> None:
+    """COPY a verified batch's `side_rows` into the run's stages."""
+    index_rows, account_rows = side_rows(batch)
+    if index_rows:
+        copy_rows(conn, Target.into(index, INDEX_COLUMNS), index_rows)
+    if account_rows:
+        copy_rows(conn, Target.into(accounts, ACCOUNT_COLUMNS), account_rows)
 
 
 def _forget_unfinished_batches(spark: SparkSession, warehouse: Warehouse, batch: int) -> None:
