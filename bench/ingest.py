@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import secrets
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -35,7 +36,8 @@ from p2panda_assets.store.ingest import IngestCounts, ingest
 
 @contextmanager
 def server() -> Iterator[str]:
-    """The server's URL: `P2PANDA_DATABASE_URL`'s, else an embedded one, stopped after."""
+    """The server's URL: `P2PANDA_DATABASE_URL`'s, else an embedded one, stopped and
+    removed after."""
     external = os.environ.get(DATABASE_URL_ENV, "").strip()
     if external:
         yield external
@@ -45,6 +47,7 @@ def server() -> Iterator[str]:
         yield ensure_embedded(home)
     finally:
         stop_embedded(home)
+        shutil.rmtree(home, ignore_errors=True)  # the server's data directory and its WAL
 
 
 def timed_ingest(url: str, path: Path, *, two: bool) -> tuple[float, IngestCounts]:
