@@ -11,6 +11,7 @@ state and its lock are created 0600, see `write_private_file`).
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 NEW_HOME_MODE = 0o700  # a home created here: the owner's (the server adds search, as root)
@@ -33,7 +34,13 @@ def ensure_home(path: Path) -> Path:
         path.mkdir(mode=NEW_HOME_MODE)
     except FileExistsError:
         return path
-    path.chmod(NEW_HOME_MODE)  # exactly, whatever the umask
+    # The umask can only take bits away; put back the owner's, if it took those. Only
+    # add: from the moment it exists, another process or thread may grant the server's
+    # user search permission (`embedded._make_traversable`), and an exact chmod here
+    # took that away again while initdb ran (tests/store/test_embedded.py, 1 run in 7).
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & NEW_HOME_MODE != NEW_HOME_MODE:
+        path.chmod(mode | NEW_HOME_MODE)
     return path
 
 
