@@ -492,6 +492,9 @@ class Corpus:
     histories: dict[str, SchemaHistory] = field(default_factory=dict)
     tables: dict[str, Table] = field(default_factory=dict)
     pending: dict[str, Pending] = field(default_factory=dict)  # schemas not built, why
+    # The instances deleted in each built schema, by a delete or a cascade: its dependents'
+    # cascades read them (`p2panda.deleted_instances`).
+    deleted: dict[str, set[bytes]] = field(default_factory=dict)
     duplicates: int = 0
 
     def counts(self, schema_id: str) -> dict[State, int]:
@@ -524,7 +527,7 @@ def reduce_corpus(
     by_schema: dict[str, list[ChainedLog]] = defaultdict(list)
     for key, schema_id in assignment.schema_of.items():
         by_schema[schema_id].append(logs[key])
-    deleted: dict[str, set[bytes]] = {}
+    deleted = corpus.deleted
     for schema_id in built.order:
         reductions = [
             reduce_instance_log(catalog, schema_id, log, owners.get) for log in by_schema[schema_id]

@@ -38,6 +38,8 @@ ACCOUNT_COLUMNS = (
     ("reason", "text"),
     ("message", "text"),
 )
+# The columns of p2panda.deleted_instances.
+DELETED_COLUMNS = (("schema_id", "text"), ("instance_id", "bytea"))
 RESULT_SPARK = "dest string, rows long, error string, tally string"
 RESULT_ARROW = arrow_schema(
     [("dest", pa.string()), ("rows", pa.int64()), ("error", pa.string()), ("tally", pa.string())]
@@ -120,15 +122,15 @@ def copy_partitions(
     url: str,
     targets: dict[str, Target],
     tally: str | None = None,
-    derived: Derived | None = None,
+    derived: Sequence[Derived] = (),
 ) -> CopyResult:
     """Write every (dest, row) of `frame` into its target, from the partitions; a row
     with no `dest` is there for `derived` alone. Every column of `frame` crosses to the
     Python workers: it should hold those the call reads, no more. With `tally`, a column of string
-    lists: how many rows of each destination hold each value. With `derived`, the rows
-    it makes of each batch go into its target; a failure there fails the call. Both in
-    the same scan of the frame: each more is another Spark job, and another read of
-    what it reads."""
+    lists: how many rows of each destination hold each value. Each of `derived` makes
+    rows of each batch for its target; a failure there fails the call. All in the same
+    scan of the frame: each more is another Spark job, and another read of what it
+    reads."""
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         written: dict[str, int] = {}
@@ -157,8 +159,8 @@ def copy_partitions(
                         written[dest] = written.get(dest, 0) + copy_rows(conn, targets[dest], rows)
                     except Exception as error:  # one destination fails, not the partition
                         errors[dest] = f"{type(error).__name__}: {error}".strip()
-                if derived is not None:
-                    copy_rows(conn, derived.target, derived.rows_of(columns))
+                for more in derived:
+                    copy_rows(conn, more.target, more.rows_of(columns))
         dests = sorted(written.keys() | errors.keys() | tallies.keys())
         yield pa.RecordBatch.from_pydict(
             {

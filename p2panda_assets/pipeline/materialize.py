@@ -34,10 +34,10 @@ from p2panda_assets.failpoints import Failpoint, failpoint
 from p2panda_assets.pipeline.columns import pg_type
 from p2panda_assets.pipeline.copy import (
     ACCOUNT_COLUMNS,
+    DELETED_COLUMNS,
     CopyResult,
     Derived,
     Target,
-    copy_frame,
     copy_partitions,
     copy_type,
 )
@@ -56,7 +56,12 @@ from p2panda_assets.pipeline.increments import (
 )
 from p2panda_assets.pipeline.index import IndexResult
 from p2panda_assets.pipeline.local_frames import local_frame
-from p2panda_assets.pipeline.reduction import ACCOUNTED, accounts_of, reduce_instance_logs
+from p2panda_assets.pipeline.reduction import (
+    ACCOUNTED,
+    accounts_of,
+    deleted_of,
+    reduce_instance_logs,
+)
 from p2panda_assets.pipeline.spark import sized_for_the_store
 from p2panda_assets.protocol.ids import checked_schema_id
 from p2panda_assets.statuses import Assignment, BuildStatus
@@ -230,7 +235,7 @@ def _cascade(
     `engine.cascade.apply_cascades` does schema by schema. Only the joins the cascade
     fields need are run: each is a Spark job or more. Checkpointed (a union of
     checkpoints), whichever way it ends: it is counted, then read by the flags
-    (`_flag_live`) and copied as the deleted sets.
+    (`_flag_live`), whose scan also copies the deleted sets (`reduction.deleted_of`).
 
     The rounds are semi-naive: each joins the references with the instances the round
     before found, not with every deleted one, and the set grows as a union of the rounds'
@@ -570,13 +575,15 @@ def _stage_reduced(
     deleted: tuple[DataFrame, int],
     targets: dict[str, Target],
     accounts: Stage | None,
+    deleted_into: Stage | None = None,
 ) -> CopyResult:
     """In one scan of the reduction (`copy_partitions`), of the schemas `ok`: each live
     instance's table row into its schema's stage in `targets` (its fallbacks tallied),
-    and, unless `accounts` is None, every account into it (`reduction.accounts_of`).
+    unless `accounts` is None, every account into it (`reduction.accounts_of`), and
+    with `deleted_into` (and `accounts`), the deleted set (`reduction.deleted_of`).
     `deleted`: the instances the cascades left deleted, and how many. At 1M entries
-    the rows and the accounts took 4.6 and 4.8 s in two scans, 7.4 s in one
-    (bench/pipeline.py --spark-events)."""
+    the rows and the accounts took 4.6 and 4.8 s in two scans, 7.4 s in one, and the
+    deleted set 0.48 s in a scan of its own (bench/pipeline.py --spark-events)."""
     staged = reduced.filter(
         F.col("row_type").isin("instance", "account") & F.col("schema").isin(ok)
     )
@@ -587,10 +594,12 @@ def _stage_reduced(
         F.when(is_row, F.col("row")).alias("row"),  # no pickle of a row not copied
         "fell_back",
     ]
-    derived = None
+    derived = []
     if accounts is not None:
         columns += [*ACCOUNTED, "live"]
-        derived = Derived(Target.into(accounts, ACCOUNT_COLUMNS), accounts_of)
+        derived.append(Derived(Target.into(accounts, ACCOUNT_COLUMNS), accounts_of))
+        if deleted_into is not None:
+            derived.append(Derived(Target.into(deleted_into, DELETED_COLUMNS), deleted_of))
     return copy_partitions(
         flagged.select(*columns), url, targets, tally="fell_back", derived=derived
     )
@@ -616,21 +625,21 @@ def _write(
     targets = {
         s: _row_target(stage, catalog.histories[s].lens) for s, stage in stages.items() if s in ok
     }
-    staged_accounts = accounts if as_of is None else None
-    result = _stage_reduced(url, reduced, ok, (deleted, deleted.count()), targets, staged_accounts)
+    kept = as_of is None  # a version's build keeps no accounts and no deleted set
+    result = _stage_reduced(
+        url,
+        reduced,
+        ok,
+        (deleted, deleted.count()),
+        targets,
+        accounts if kept else None,
+        deleted_stage if kept else None,
+    )
     for schema_id, error in result.errors.items():
         _fail(conn, by_id[schema_id], f"writing rows failed: {error}", as_of)
     for schema_id in ok:
         by_id[schema_id].rows = result.rows.get(schema_id, 0)
         by_id[schema_id].fallbacks = _fallbacks(catalog, schema_id, result.tallies)
-    if as_of is None:
-        copy_frame(
-            deleted.filter(F.col("schema").isin(ok)).select(
-                F.col("schema").alias("schema_id"), F.col("hash").alias("instance_id")
-            ),
-            url,
-            Target.into(deleted_stage, (("schema_id", "text"), ("instance_id", "bytea"))),
-        )
 
 
 def _fail_errors(

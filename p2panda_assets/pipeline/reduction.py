@@ -285,6 +285,15 @@ def accounts_of(columns: Columns) -> Iterator[tuple[object, ...]]:
             yield (hash_, schema, state, reason, message)
 
 
+def deleted_of(columns: Columns) -> Iterator[tuple[object, ...]]:
+    """The deleted set's rows (schema, instance id) in one batch of reduced rows
+    (`ACCOUNTED` and `live`): its `instance` rows that the cascades left deleted."""
+    rows = zip(*(columns[name] for name in ("row_type", "schema", "hash", "live")), strict=True)
+    for row_type, schema, hash_, live in rows:
+        if row_type == "instance" and not live:
+            yield (schema, hash_)
+
+
 def _collected(reduced: DataFrame, row_types: Sequence[str]) -> list[SparkRow]:
     """The reduced rows of `row_types`, in the driver (an `owners` row with its log)."""
     wanted = reduced.filter(F.col("row_type").isin(*row_types))

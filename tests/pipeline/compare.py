@@ -84,6 +84,31 @@ def pg_accounts(conn: psycopg.Connection) -> dict[str, tuple]:
     return {bytes(h).hex(): (s, st, r, m or "") for h, s, st, r, m in rows}
 
 
+def pg_deleted(conn: psycopg.Connection, schema_ids: list[str]) -> dict[str, set[bytes]]:
+    """The stored deleted sets of the built schemas among `schema_ids` (a schema whose
+    fields were all removed has no table, and a deleted set all the same)."""
+    deleted: dict[str, set[bytes]] = {
+        schema_id: set()
+        for (schema_id,) in conn.execute(
+            "SELECT schema_id FROM p2panda.schemas"
+            " WHERE schema_id = ANY(%s) AND status IN ('materialized', 'dropped')",
+            (schema_ids,),
+        )
+    }
+    rows = conn.execute(
+        "SELECT schema_id, instance_id FROM p2panda.deleted_instances WHERE schema_id = ANY(%s)",
+        (list(deleted),),
+    )
+    for schema_id, instance_id in rows:
+        deleted[schema_id].add(bytes(instance_id))
+    return deleted
+
+
+def engine_deleted(corpus: Corpus, schema_ids: list[str]) -> dict[str, set[bytes]]:
+    """The engine's deleted sets of the built schemas among `schema_ids`."""
+    return {s: corpus.deleted[s] for s in schema_ids if s in corpus.tables}
+
+
 def assert_stored_index_equals(
     conn: psycopg.Connection, pairs: Iterable[tuple[bytes, bytes | None]], expected: Corpus
 ) -> None:
@@ -97,8 +122,10 @@ def assert_stored_index_equals(
 __all__ = [
     "assert_stored_index_equals",
     "engine_accounts",
+    "engine_deleted",
     "engine_tables",
     "pg_accounts",
+    "pg_deleted",
     "pg_tables",
     "to_json",
 ]

@@ -54,27 +54,37 @@ def test_a_frame_of_dest_and_row_alone_copies_with_empty_tallies(
     assert result.tallies == {"plain": {}}
 
 
-def test_derived_rows_go_to_their_target_in_the_same_scan(
+def test_derived_rows_go_to_their_targets_in_the_same_scan(
     spark: SparkSession, conn: psycopg.Connection, database_url: str
 ) -> None:
     conn.execute("CREATE TABLE p2panda.copy_rows (n bigint)")
-    conn.execute("CREATE TABLE p2panda.copy_derived (n bigint, twice bigint)")
+    conn.execute("CREATE TABLE p2panda.copy_doubled (n bigint, twice bigint)")
+    conn.execute("CREATE TABLE p2panda.copy_odd (n bigint)")
     targets = {"rows": Target("p2panda", "copy_rows", ("n",), ("int8",))}
-    derived_target = Target("p2panda", "copy_derived", ("n", "twice"), ("int8", "int8"))
+    doubled_target = Target("p2panda", "copy_doubled", ("n", "twice"), ("int8", "int8"))
+    odd_target = Target("p2panda", "copy_odd", ("n",), ("int8",))
 
     def doubled(columns: Columns) -> list[tuple[int, int]]:
         return [(n, 2 * n) for n in columns["n"]]
+
+    def odd(columns: Columns) -> list[tuple[int]]:
+        return [(n,) for n in columns["n"] if n % 2]
 
     # Every third row has no destination: it is there for the derived rows alone.
     rows = [("rows" if n % 3 else None, pickle.dumps((n,)), n) for n in range(30)]
     frame = spark.createDataFrame(rows, "dest string, row binary, n long")
 
     result = copy_partitions(
-        frame.repartition(3), database_url, targets, derived=Derived(derived_target, doubled)
+        frame.repartition(3),
+        database_url,
+        targets,
+        derived=[Derived(doubled_target, doubled), Derived(odd_target, odd)],
     )
 
     assert result.rows == {"rows": 20}
     copied = conn.execute("SELECT n FROM p2panda.copy_rows ORDER BY n").fetchall()
     assert copied == [(n,) for n in range(30) if n % 3]
-    derived = conn.execute("SELECT n, twice FROM p2panda.copy_derived ORDER BY n").fetchall()
-    assert derived == [(n, 2 * n) for n in range(30)]
+    twice = conn.execute("SELECT n, twice FROM p2panda.copy_doubled ORDER BY n").fetchall()
+    assert twice == [(n, 2 * n) for n in range(30)]
+    odds = conn.execute("SELECT n FROM p2panda.copy_odd ORDER BY n").fetchall()
+    assert odds == [(n,) for n in range(30) if n % 2]

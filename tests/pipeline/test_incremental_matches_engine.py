@@ -30,8 +30,10 @@ from p2panda_assets.testing.builder import (
 from tests.pipeline.compare import (
     assert_stored_index_equals,
     engine_accounts,
+    engine_deleted,
     engine_tables,
     pg_accounts,
+    pg_deleted,
     pg_tables,
 )
 from tests.pipeline.test_pipeline_matches_engine import empty_store
@@ -104,6 +106,7 @@ def test_two_runs_equal_the_engine_on_the_whole_corpus(spark, session_database, 
         event(f"the second index step appended: {bool(appended_layers(conn))}")
         expected = reduce_corpus(pairs, registered)
         assert pg_tables(conn, sorted(registered)) == engine_tables(expected)
+        assert pg_deleted(conn, sorted(registered)) == engine_deleted(expected, sorted(registered))
         assert pg_accounts(conn) == engine_accounts(expected)
         assert registry_counts(conn, sorted(registered)) == engine_counts(expected)
         assert_stored_index_equals(conn, pairs, expected)

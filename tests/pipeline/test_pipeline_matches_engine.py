@@ -1,7 +1,8 @@
 """The Spark pipeline writes exactly what the engine computes: for random corpora
 (relations, reverts, invalid migrations, forks, flipped bytes, garbage payloads,
 duplicates, logs interleaved, some schemas left unregistered), every table in
-PostgreSQL and every entry's account equal `reduce_corpus`, value for value."""
+PostgreSQL, every deleted set and every entry's account equal `reduce_corpus`, value
+for value."""
 
 from __future__ import annotations
 
@@ -34,8 +35,10 @@ from p2panda_assets.testing.builder import CorpusBuilder, create_field, instance
 from tests.pipeline.compare import (
     assert_stored_index_equals,
     engine_accounts,
+    engine_deleted,
     engine_tables,
     pg_accounts,
+    pg_deleted,
     pg_tables,
 )
 from tests.strategies import corpora
@@ -60,6 +63,7 @@ def check_equal(spark, url: str, pairs, registered: set[str]) -> None:
         run_pipeline(spark, conn, url)
         expected = reduce_corpus(pairs, registered)
         assert pg_tables(conn, sorted(registered)) == engine_tables(expected)
+        assert pg_deleted(conn, sorted(registered)) == engine_deleted(expected, sorted(registered))
         assert pg_accounts(conn) == engine_accounts(expected)
         assert_stored_index_equals(conn, pairs, expected)
 
