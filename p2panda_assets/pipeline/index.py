@@ -36,6 +36,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from p2panda_assets.engine.corpus import (
     Accounts,
@@ -54,7 +55,13 @@ from p2panda_assets.engine.relations import BuildOrder
 from p2panda_assets.errors import P2pandaError, Pending, Reason
 from p2panda_assets.failpoints import Failpoint, failpoint
 from p2panda_assets.pipeline.copy import ACCOUNT_COLUMNS, Target, copy_frame
-from p2panda_assets.pipeline.groups import Row, arrow_schema, map_groups
+from p2panda_assets.pipeline.groups import (
+    Row,
+    arrow_schema,
+    map_groups,
+    map_groups_locally,
+    python_rows,
+)
 from p2panda_assets.pipeline.increments import LogSums, entry_bits, sums_of_layer
 from p2panda_assets.pipeline.local_frames import local_frame
 from p2panda_assets.pipeline.spark import sized_for_the_store
@@ -423,8 +430,8 @@ def _run_index(
         return replace(appended, verified=verified)
     state = compact_verified(spark, conn, warehouse, state)
     verified_ok = read_verified(spark, warehouse, state).filter(F.col("verdict") == "ok")
-    # On disk, not in the JVM's heap: a row per log and per entry held, read three times.
-    chained = _chain(verified_ok).persist(StorageLevel.DISK_ONLY)
+    held = _rows_to_chain(verified_ok) if good <= DRIVER_CHAIN_ENTRIES else None
+    chained = _chain(verified_ok) if held is None else _chain_in_driver(spark, held, {})
     try:
         found = _chained_logs(chained)
         logs = found.logs
@@ -523,9 +530,16 @@ def _append_index(
     if good < append_min_entries():
         return None
     new = read_new_verified(spark, warehouse, since, state.batch).filter(F.col("verdict") == "ok")
+    held = _rows_to_chain(new)
     seqs: dict[LogKey, list[int]] = {}
-    for row in new.groupBy("author", "log_id").agg(F.collect_list("seq").alias("seqs")).collect():
-        seqs[(bytes(row["author"]), int(row["log_id"]))] = [int(n) for n in row["seqs"]]
+    if held is not None:
+        for entry in held:
+            key = (cast(bytes, entry["author"]), cast(int, entry["log_id"]))
+            seqs.setdefault(key, []).append(cast(int, entry["seq"]))
+    else:
+        by_log = new.groupBy("author", "log_id").agg(F.collect_list("seq").alias("seqs"))
+        for row in by_log.collect():
+            seqs[(bytes(row["author"]), int(row["log_id"]))] = [int(n) for n in row["seqs"]]
     new_entries = sum(map(len, seqs.values()))
     if new_entries > APPEND_SHARE * good:
         return None
@@ -533,8 +547,11 @@ def _append_index(
     tips = _tips(spark, warehouse, state.layers, stored, seqs)
     if tips is None:
         return None
-    tipped = new.join(F.broadcast(_tips_frame(spark, tips)), ["author", "log_id"], "left")
-    chained = _chain(tipped, TIP_COLUMNS).persist(StorageLevel.DISK_ONLY)
+    if held is not None:
+        chained = _chain_in_driver(spark, held, tips)
+    else:
+        tipped = new.join(F.broadcast(_tips_frame(spark, tips)), ["author", "log_id"], "left")
+        chained = _chain(tipped, TIP_COLUMNS)
     try:
         found = _chained_logs(chained)
         logs: dict[LogKey, tuple[LogSummary, tuple[object, ...]]] = {}
@@ -644,13 +661,7 @@ def _tips(
 def _tips_frame(spark: SparkSession, tips: dict[LogKey, LogTip]) -> DataFrame:
     """One row per continued log: its tip, for `tip_of` in the chain step."""
     rows = [
-        (
-            author,
-            Decimal(log_id),
-            Decimal(tip.seq),
-            tip.ended,
-            json.dumps({str(seq): h.hex() for seq, h in tip.hashes.items()}),
-        )
+        (author, Decimal(log_id), Decimal(tip.seq), *tip_columns(tip)[1:])
         for (author, log_id), tip in tips.items()
     ]
     return local_frame(
@@ -681,10 +692,44 @@ def _keep_chained(spark: SparkSession, warehouse: Warehouse, keep: set[str]) -> 
 TIP_COLUMNS = ("tip_seq", "tip_ended", "tip_hashes")
 
 
+def tip_columns(tip: LogTip) -> tuple[int, bool, str]:
+    """A tip as the `TIP_COLUMNS` give it to `tip_of`."""
+    return tip.seq, tip.ended, json.dumps({str(seq): h.hex() for seq, h in tip.hashes.items()})
+
+
 def _chain(verified: DataFrame, extra: tuple[str, ...] = ()) -> DataFrame:
-    """Every log of these verified entries through the chain rules (`_chain_group`)."""
+    """Every log of these verified entries through the chain rules (`_chain_group`),
+    persisted on disk, not in the JVM's heap: a row per log and per entry held, read
+    three times."""
     narrow = verified.select(*CHAIN_INPUT, *extra)
-    return map_groups(narrow, ("author", "log_id"), ("seq",), _chain_group, CHAIN_ARROW)
+    chained = map_groups(narrow, ("author", "log_id"), ("seq",), _chain_group, CHAIN_ARROW)
+    return chained.persist(StorageLevel.DISK_ONLY)
+
+
+# Up to this many entries to chain, the driver chains them (`_chain_in_driver`).
+DRIVER_CHAIN_ENTRIES = 20_000
+
+
+def _rows_to_chain(verified: DataFrame) -> list[Row] | None:
+    """What `_chain` reads of `verified`, in the driver, if it is at most
+    `DRIVER_CHAIN_ENTRIES` entries (one Spark job); None if more."""
+    table = verified.select(*CHAIN_INPUT).limit(DRIVER_CHAIN_ENTRIES + 1).toArrow()
+    if table.num_rows > DRIVER_CHAIN_ENTRIES:
+        return None
+    return [row for batch in table.to_batches() for row in python_rows(batch)]
+
+
+def _chain_in_driver(spark: SparkSession, rows: list[Row], tips: dict[LogKey, LogTip]) -> DataFrame:
+    """`_chain` of these entries (`_rows_to_chain`), each log continued from its tip in
+    `tips`, by the same `_chain_group`, in the driver: the shuffle by log and the Python
+    stage of `map_groups` cost more than the work for a few entries (the sensors' runs,
+    an increment's index step). A frame of the rows it holds, as `_chain`'s."""
+    for row in rows:
+        tip = tips.get((cast(bytes, row["author"]), cast(int, row["log_id"])))
+        if tip is not None:
+            row.update(zip(TIP_COLUMNS, tip_columns(tip), strict=True))
+    table = map_groups_locally(rows, ("author", "log_id"), ("seq",), _chain_group, CHAIN_ARROW)
+    return spark.createDataFrame(table, from_arrow_schema(CHAIN_ARROW))
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
 """u64 columns cross the Arrow bridge of `map_groups` as ints and come back exact: the
-whole u64 range, and null."""
+whole u64 range, and null. `map_groups_locally` calls the function once per group, its
+rows in order, as `map_groups` does in the partitions."""
 
 from __future__ import annotations
 
@@ -8,7 +9,13 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from p2panda_assets.pipeline.groups import U64_DECIMAL, python_rows, record_batch
+from p2panda_assets.pipeline.groups import (
+    U64_DECIMAL,
+    Row,
+    map_groups_locally,
+    python_rows,
+    record_batch,
+)
 from p2panda_assets.protocol.ids import MAX_U64
 
 SCHEMA = pa.schema([("name", pa.string()), ("seq", U64_DECIMAL), ("payload", pa.binary())])
@@ -44,3 +51,21 @@ def test_a_batch_without_decimal_columns_is_read_as_it_is() -> None:
 def test_a_value_beyond_u64_is_refused_not_wrapped() -> None:
     with pytest.raises(OverflowError):
         record_batch({"name": ["a"], "seq": [MAX_U64 + 1], "payload": [b""]}, SCHEMA)
+
+
+def test_each_group_is_mapped_once_with_its_rows_in_order() -> None:
+    rows: list[Row] = [
+        {"log": log, "seq": seq, "payload": b"x"}
+        for seq, log in [(3, b"b"), (1, b"a"), (2, b"b"), (2, b"a"), (1, b"b"), (MAX_U64, b"a")]
+    ]
+    out_schema = pa.schema([("log", pa.binary()), ("seqs", pa.list_(U64_DECIMAL))])
+
+    def seqs(group: list[Row]) -> list[Row]:
+        return [{"log": group[0]["log"], "seqs": [row["seq"] for row in group]}]
+
+    table = map_groups_locally(rows, ("log",), ("seq",), seqs, out_schema)
+    assert table.schema == out_schema
+    assert table.to_pylist() == [
+        {"log": b"a", "seqs": [Decimal(1), Decimal(2), Decimal(MAX_U64)]},
+        {"log": b"b", "seqs": [Decimal(1), Decimal(2), Decimal(3)]},
+    ]

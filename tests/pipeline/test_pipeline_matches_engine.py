@@ -83,10 +83,13 @@ def test_pipeline_tables_and_accounts_equal_the_engine(spark, session_database, 
     # The entries the chain rules reject or hold are taken out of the accepted ones by a
     # broadcast join when few, a shuffled one when many: both plans.
     held = data.draw(st.sampled_from([0, index.BROADCAST_HELD]), label="broadcast held up to")
+    # A few entries are chained in the driver, more in Spark partitions: both paths.
+    in_driver = data.draw(st.sampled_from([0, index.DRIVER_CHAIN_ENTRIES]), label="chain in driver")
     with pytest.MonkeyPatch.context() as patch:
         if in_spark:
             patch.setattr(verify, "SMALL_BATCH", 0)
         patch.setattr(index, "BROADCAST_HELD", held)
+        patch.setattr(index, "DRIVER_CHAIN_ENTRIES", in_driver)
         check_equal(spark, session_database, corpus.pairs, registered)
 
 
