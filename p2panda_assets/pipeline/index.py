@@ -660,10 +660,10 @@ def _tips(
 
 def _tips_frame(spark: SparkSession, tips: dict[LogKey, LogTip]) -> DataFrame:
     """One row per continued log: its tip, for `tip_of` in the chain step."""
-    rows = [
-        (author, Decimal(log_id), Decimal(tip.seq), *tip_columns(tip)[1:])
-        for (author, log_id), tip in tips.items()
-    ]
+    rows = []
+    for (author, log_id), tip in tips.items():
+        seq, ended, hashes = tip_columns(tip)
+        rows.append((author, Decimal(log_id), Decimal(seq), ended, hashes))
     return local_frame(
         spark,
         rows,

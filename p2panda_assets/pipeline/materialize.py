@@ -580,7 +580,7 @@ def _stage_reduced(
     """In one scan of the reduction (`copy_partitions`), of the schemas `ok`: each live
     instance's table row into its schema's stage in `targets` (its fallbacks tallied),
     unless `accounts` is None, every account into it (`reduction.accounts_of`), and
-    with `deleted_into` (and `accounts`), the deleted set (`reduction.deleted_of`).
+    unless `deleted_into` is None, the deleted set into it (`reduction.deleted_of`).
     `deleted`: the instances the cascades left deleted, and how many. At 1M entries
     the rows and the accounts took 4.6 and 4.8 s in two scans, 7.4 s in one, and the
     deleted set 0.48 s in a scan of its own (bench/pipeline.py --spark-events)."""
@@ -596,10 +596,11 @@ def _stage_reduced(
     ]
     derived = []
     if accounts is not None:
-        columns += [*ACCOUNTED, "live"]
         derived.append(Derived(Target.into(accounts, ACCOUNT_COLUMNS), accounts_of))
-        if deleted_into is not None:
-            derived.append(Derived(Target.into(deleted_into, DELETED_COLUMNS), deleted_of))
+    if deleted_into is not None:
+        derived.append(Derived(Target.into(deleted_into, DELETED_COLUMNS), deleted_of))
+    if derived:
+        columns += [*ACCOUNTED, "live"]  # what both read
     return copy_partitions(
         flagged.select(*columns), url, targets, tally="fell_back", derived=derived
     )
