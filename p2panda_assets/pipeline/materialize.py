@@ -1,9 +1,9 @@
 """Materializing many schemas in one Spark job.
 
 The instance logs of every schema to build are reduced together, one Spark group per
-log, by the engine's `reduce_instance_log`; cascades run as one fixpoint of joins over
-all of them (upstream schemas built earlier contribute their stored deleted sets); the
-rows are written by binary COPY from the partitions into one staging table per schema;
+log, by the engine's `reduce_instance_log`; the cascades are settled over all of them
+(`pipeline.cascades`: upstream schemas built earlier contribute their stored deleted
+sets); the rows are written by binary COPY from the partitions into one staging table per schema;
 then each schema is swapped in its own transaction. A schema whose build fails (a value
 PostgreSQL refuses, a swap that cannot be done) is recorded `failed` with the message
 and keeps its old table; the others are built.
@@ -31,6 +31,7 @@ from p2panda_assets.engine.readiness import other_upstream, unbuilt_upstream
 from p2panda_assets.engine.relations import BuildOrder
 from p2panda_assets.errors import Pending, Reason
 from p2panda_assets.failpoints import Failpoint, failpoint
+from p2panda_assets.pipeline.cascades import DELETED_DDL, deleted_instances, stored_deleted
 from p2panda_assets.pipeline.columns import pg_type
 from p2panda_assets.pipeline.copy import (
     ACCOUNT_COLUMNS,
@@ -222,67 +223,6 @@ def why_pending(
 # --- cascades ---------------------------------------------------------------------------
 
 
-def _cascade(
-    spark: SparkSession,
-    conn: psycopg.Connection,
-    catalog: Catalog,
-    instances: DataFrame,
-    schema_ids: list[str],
-) -> DataFrame:
-    """Every deleted instance (`schema`, `hash`): deleted by a message, or pointing along
-    a cascade relation at a deleted instance, upstream (stored sets of schemas built
-    before) or in this run (a fixpoint over all its schemas), as
-    `engine.cascade.apply_cascades` does schema by schema. Only the joins the cascade
-    fields need are run: each is a Spark job or more. Checkpointed (a union of
-    checkpoints), whichever way it ends: it is counted, then read by the flags
-    (`_flag_live`), whose scan also copies the deleted sets (`reduction.deleted_of`).
-
-    The rounds are semi-naive: each joins the references with the instances the round
-    before found, not with every deleted one, and the set grows as a union of the rounds'
-    checkpoints, not by checkpointing the union again (a Spark job a round: 0.77 s at
-    1M entries, bench/pipeline.py --spark-events)."""
-    deleted = instances.filter("deleted").select("schema", "hash")
-    targets = {t for s in schema_ids for t in cascade_targets(catalog, s)}
-    if not targets:
-        return deleted.localCheckpoint()
-    refs = (
-        instances.select(
-            "schema", "hash", F.explode(F.arrays_zip("cascade_target", "cascade_ref")).alias("c")
-        )
-        .select(
-            "schema",
-            "hash",
-            F.col("c.cascade_target").alias("target"),
-            F.col("c.cascade_ref").alias("ref"),
-        )
-        .localCheckpoint()
-    )
-    outside = sorted(t for t in targets if t is not None and t not in schema_ids)
-    if outside:
-        stored = tables.deleted_sets(conn, outside)
-        gone = local_frame(spark, stored, "target string, ref binary")
-        deleted = deleted.unionByName(_reached(refs, F.broadcast(gone))).distinct()
-    # Each round is checkpointed: its plan would otherwise hold every round before it, and
-    # Spark's planning (and the plan's text) grows with it until the driver runs out.
-    deleted = deleted.localCheckpoint()
-    if not targets & set(schema_ids):
-        return deleted
-    found = deleted
-    while True:
-        gone = found.select(F.col("schema").alias("target"), F.col("hash").alias("ref"))
-        found = (
-            _reached(refs, gone).join(deleted, ["schema", "hash"], "left_anti").localCheckpoint()
-        )
-        if found.isEmpty():
-            return deleted
-        deleted = deleted.unionByName(found)
-
-
-def _reached(refs: DataFrame, gone: DataFrame) -> DataFrame:
-    """The instances (`schema`, `hash`) whose cascade field points at a `gone` one."""
-    return refs.join(gone, ["target", "ref"], "left_semi").select("schema", "hash").distinct()
-
-
 # --- writing and swapping ----------------------------------------------------------------
 
 
@@ -395,9 +335,9 @@ def _build_first(
     increments' cascades may reach."""
     built = {o.schema_id for o in outcomes}
     read = sorted({t for s in plan.increments for t in cascade_targets(catalog, s) if t in built})
-    before = _stored_deleted(conn, read)
+    before = stored_deleted(conn, read)
     _build(spark, conn, url, index, catalog, outcomes, None, plan.states)
-    after = _stored_deleted(conn, read)
+    after = stored_deleted(conn, read)
     revived = {t for t in read if before.get(t, set()) - after.get(t, set())}
     moved = cascading_from(catalog, plan.increments, revived)
     increments = {s: batch for s, batch in plan.increments.items() if s not in moved}
@@ -437,13 +377,13 @@ def _build_increments(
         )
         ok, again, before = _reduced_again(conn, rows, by_id)
         targets = {t for s in ok for t in cascade_targets(catalog, s) if t is not None}
-        stored = _stored_deleted(conn, sorted(targets | set(ok)))
+        stored = stored_deleted(conn, sorted(targets | set(ok)))
         deleted_now, whole = _settle_cascades(catalog, ok, again, stored)
         ok = [s for s in ok if s not in whole]
         stages = _row_stages(conn, catalog, [by_id[s] for s in ok], token)
         accounts = tables.create_shared_stage(conn, f"stage_{token}_accounts", "accounts")
         gone_rows = [(s, h) for s in ok for h in deleted_now[s]]
-        gone = local_frame(spark, gone_rows, "schema string, hash binary")
+        gone = local_frame(spark, gone_rows, DELETED_DDL)
         row_targets = {s: _row_target(stages[s], catalog.histories[s].lens) for s in ok}
         result = _stage_reduced(url, reduced, ok, (gone, len(gone_rows)), row_targets, accounts)
         for schema_id, error in result.errors.items():
@@ -502,13 +442,6 @@ def _reduced_again(
         into = again if row["row_type"] == "instance" else before
         into[row["schema"]][bytes(row["hash"])] = found
     return ok, again, before
-
-
-def _stored_deleted(conn: psycopg.Connection, schema_ids: list[str]) -> dict[str, set[bytes]]:
-    stored: dict[str, set[bytes]] = {}
-    for schema_id, instance_id in tables.deleted_sets(conn, schema_ids):
-        stored.setdefault(schema_id, set()).add(instance_id)
-    return stored
 
 
 def _settle_cascades(
@@ -622,7 +555,7 @@ def _write(
     """Cascades, then the live rows, the accounts and the deleted sets into staging, of
     the schemas `ok` (whose logs all reduced)."""
     instances = reduced.filter((F.col("row_type") == "instance") & F.col("schema").isin(ok))
-    deleted = _cascade(spark, conn, catalog, instances, ok)
+    deleted = deleted_instances(spark, conn, catalog, instances, ok)
     targets = {
         s: _row_target(stage, catalog.histories[s].lens) for s, stage in stages.items() if s in ok
     }
@@ -631,7 +564,7 @@ def _write(
         url,
         reduced,
         ok,
-        (deleted, deleted.count()),
+        deleted,
         targets,
         accounts if kept else None,
         deleted_stage if kept else None,

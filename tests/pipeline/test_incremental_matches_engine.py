@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from psycopg import sql
 
 from p2panda_assets.engine.corpus import Corpus, reduce_corpus
-from p2panda_assets.pipeline import increments, index, materialize, verify
+from p2panda_assets.pipeline import cascades, increments, index, materialize, verify
 from p2panda_assets.pipeline.index import APPEND_MIN_ENV
 from p2panda_assets.pipeline.run import run_pipeline
 from p2panda_assets.protocol.ids import parse_schema_id
@@ -94,7 +94,12 @@ def test_two_runs_equal_the_engine_on_the_whole_corpus(spark, session_database, 
     compact = data.draw(st.sampled_from([0, verify.COMPACT_BATCHES]), label="compact above")
     # A few entries are chained (appended) in the driver, more in Spark partitions.
     in_driver = data.draw(st.sampled_from([0, index.DRIVER_CHAIN_ENTRIES]), label="chain in driver")
+    # A whole build's cascades are settled in the driver or in Spark.
+    settled = data.draw(
+        st.sampled_from([0, cascades.DRIVER_CASCADE_ROWS]), label="cascades in driver up to"
+    )
     with empty_store(session_database) as conn, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cascades, "DRIVER_CASCADE_ROWS", settled)
         patch.setattr(increments, "LITERAL_KEYS", literal_keys)
         patch.setattr(index, "BROADCAST_HELD", held)
         patch.setattr(verify, "COMPACT_BATCHES", compact)
@@ -352,10 +357,15 @@ def growing_mail(draw: st.DrawFn) -> tuple[CorpusBuilder, list[str], int]:
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-@given(growing=growing_mail())
-def test_a_growing_store_with_cascades_equals_the_engine(spark, session_database, growing):
+@given(growing=growing_mail(), data=st.data())
+def test_a_growing_store_with_cascades_equals_the_engine(spark, session_database, growing, data):
     corpus, schema_ids, cut = growing
-    outcomes, appended = run_in_two_parts(spark, session_database, corpus, cut, schema_ids)
+    settled = data.draw(
+        st.sampled_from([0, cascades.DRIVER_CASCADE_ROWS]), label="cascades in driver up to"
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cascades, "DRIVER_CASCADE_ROWS", settled)
+        outcomes, appended = run_in_two_parts(spark, session_database, corpus, cut, schema_ids)
     event(f"the second index step appended: {appended}")
     event(f"incremental builds in the second run: {sum(o.incremental for o in outcomes.values())}")
 

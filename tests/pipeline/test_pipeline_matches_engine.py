@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from p2panda_assets.engine.corpus import reduce_corpus
 from p2panda_assets.errors import P2pandaError
-from p2panda_assets.pipeline import index, verify
+from p2panda_assets.pipeline import cascades, index, verify
 from p2panda_assets.pipeline.index import last_index
 from p2panda_assets.pipeline.run import run_pipeline
 from p2panda_assets.pipeline.verify import current_warehouse
@@ -85,11 +85,17 @@ def test_pipeline_tables_and_accounts_equal_the_engine(spark, session_database, 
     held = data.draw(st.sampled_from([0, index.BROADCAST_HELD]), label="broadcast held up to")
     # A few entries are chained in the driver, more in Spark partitions: both paths.
     in_driver = data.draw(st.sampled_from([0, index.DRIVER_CHAIN_ENTRIES]), label="chain in driver")
+    # The cascades are settled in the driver when few instances take part, in Spark
+    # when many (0: in Spark unless none does).
+    settled = data.draw(
+        st.sampled_from([0, cascades.DRIVER_CASCADE_ROWS]), label="cascades in driver up to"
+    )
     with pytest.MonkeyPatch.context() as patch:
         if in_spark:
             patch.setattr(verify, "SMALL_BATCH", 0)
         patch.setattr(index, "BROADCAST_HELD", held)
         patch.setattr(index, "DRIVER_CHAIN_ENTRIES", in_driver)
+        patch.setattr(cascades, "DRIVER_CASCADE_ROWS", settled)
         check_equal(spark, session_database, corpus.pairs, registered)
 
 
