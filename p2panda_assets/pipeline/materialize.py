@@ -490,15 +490,17 @@ def _fallbacks_after(
 
 
 def _flag_live(rows: DataFrame, deleted: DataFrame, deleted_rows: int) -> DataFrame:
-    """The rows with `live`: not in `deleted` (schema, hash), of `deleted_rows` rows.
-    Up to `BROADCAST_KEYS` rows, `deleted` is broadcast; above, both sides are shuffled
-    (at 1M, ~100,000 deleted ids: the rows were copied in 4.2 s broadcast against
-    10.3-10.6 s shuffled, bench/pipeline.py --spark-events)."""
+    """The rows with `live`: not deleted by a message (the reduction's `deleted`) and
+    not in `deleted` (schema, hash), of `deleted_rows` rows: the cascades' deletes, or
+    all. Up to `BROADCAST_KEYS` rows, `deleted` is broadcast; above, both sides are
+    shuffled (at 1M, ~100,000 deleted ids: the rows were copied in 4.2 s broadcast
+    against 10.3-10.6 s shuffled, bench/pipeline.py --spark-events)."""
     gone = deleted.withColumn("gone", F.lit(True))
     if deleted_rows <= BROADCAST_KEYS:
         gone = F.broadcast(gone)
     joined = rows.join(gone, ["schema", "hash"], "left")
-    return joined.withColumn("live", F.col("gone").isNull())
+    by_message = F.coalesce(F.col("deleted"), F.lit(False))
+    return joined.withColumn("live", ~by_message & F.col("gone").isNull())
 
 
 def _stage_reduced(
