@@ -3,8 +3,8 @@
 The instance logs of every schema to build are reduced together, one Spark group per
 log, by the engine's `reduce_instance_log`; the cascades are settled over all of them
 (`pipeline.cascades`: upstream schemas built earlier contribute their stored deleted
-sets); the rows are written by binary COPY from the partitions into one staging table per schema;
-then each schema is swapped in its own transaction. A schema whose build fails (a value
+sets); the rows are written by binary COPY from the partitions into one staging table
+per schema; then each schema is swapped in its own transaction. A schema whose build fails (a value
 PostgreSQL refuses, a swap that cannot be done) is recorded `failed` with the message
 and keeps its old table; the others are built.
 
@@ -218,9 +218,6 @@ def why_pending(
             Reason.AWAITING_SCHEMA, f"upstream schema {missing[0]} is not materialized yet"
         )
     return None
-
-
-# --- cascades ---------------------------------------------------------------------------
 
 
 # --- writing and swapping ----------------------------------------------------------------
