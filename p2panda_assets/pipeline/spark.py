@@ -147,16 +147,18 @@ def spark_config(master: str | None = None) -> dict[str, Any]:
     }
 
 
-# A `panda materialize` of a small store starts a JVM for a few small runs: C2 compiles
-# more of Spark than those runs gain from (its threads share the cores with the
-# executors). C1 alone, there: 46.5-53.0 s against 54.2-62.2 s for a cold `panda
-# materialize` of 123 entries in 3 schemas (2 cores; three pairs in turn, ratios 0.81-0.95,
-# C1 forced off by `-XX:TieredStopAtLevel=4` in P2PANDA_SPARK_JAVA_OPTIONS). A session that
-# lives for many runs (the resident worker, tests) or a large store keeps both compilers:
-# C1 alone made later runs of a warm session ~30 % slower, and 1M entries 22 % slower
-# (deploy/README.md).
+# A `panda materialize` of a store up to a few hundred thousand entries starts a JVM for
+# a few runs: C2 compiles more of Spark than those runs gain from (its threads share the
+# cores with the executors). C1 alone, there: 46.5-53.0 s against 54.2-62.2 s for a cold
+# `panda materialize` of 123 entries in 3 schemas (2 cores; three pairs in turn, ratios
+# 0.81-0.95, C1 forced off by `-XX:TieredStopAtLevel=4` in P2PANDA_SPARK_JAVA_OPTIONS);
+# one run of bench/pipeline.py in a fresh session (P2PANDA_SPARK_JAVA_OPTIONS set, two
+# pairs in turn) 17.4 and 17.4 s against 20.6 and 20.5 s at 100,000 entries, 40.0 and
+# 39.8 s against 40.9 and 41.2 s at 300,000. A session that lives for many runs (the
+# resident worker, tests) or a large store keeps both compilers: C1 alone made later runs
+# of a warm session ~30 % slower, and 1M entries 22 % slower (deploy/README.md).
 SHORT_RUN_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
-SHORT_RUN_MAX_ENTRIES = SMALL_STORE_ENTRIES
+SHORT_RUN_MAX_ENTRIES = 200_000
 
 
 @contextmanager
