@@ -259,6 +259,35 @@ def stored_logs(conn: psycopg.Connection) -> list[tuple[object, ...]]:
     return conn.execute(statement).fetchall()
 
 
+LogPosition = tuple[bytes, int, int]  # author, log id, seq num
+
+
+def stored_hashes_at(
+    conn: psycopg.Connection, positions: Sequence[LogPosition]
+) -> dict[LogPosition, list[bytes]]:
+    """The hashes of the stored entries at each of `positions`, whatever their verdict:
+    one probe of the log index each. Joined otherwise (a merge or hash join), PostgreSQL
+    reads every entry: 0.23 s against 0.13 s for 15,000 positions in the bench's store
+    of 100,000, and it grows with the store."""
+    found: dict[LogPosition, list[bytes]] = {p: [] for p in positions}
+    if not positions:
+        return found
+    authors, logs, seqs = zip(*positions, strict=True)
+    with conn.transaction():
+        conn.execute("SET LOCAL enable_hashjoin = off")
+        conn.execute("SET LOCAL enable_mergejoin = off")
+        rows = conn.execute(
+            "SELECT w.author, w.log_id, w.seq, e.hash"
+            " FROM unnest(%s::bytea[], %s::numeric[], %s::numeric[]) AS w(author, log_id, seq)"
+            " JOIN p2panda.entries e"
+            " ON e.author = w.author AND e.log_id = w.log_id AND e.seq_num = w.seq",
+            (list(authors), list(logs), list(seqs)),
+        ).fetchall()
+    for author, log_id, seq, entry_hash in rows:
+        found[(bytes(author), int(log_id), int(seq))].append(bytes(entry_hash))
+    return found
+
+
 def indexed_batch(conn: psycopg.Connection) -> int | None:
     """The newest verified batch the last index step saw (None: no index step since)."""
     row = conn.execute("SELECT batch FROM p2panda.index_state").fetchone()

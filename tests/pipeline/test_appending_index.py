@@ -143,3 +143,29 @@ def test_each_layer_is_summed_by_the_index_step_that_writes_it(spark, session_da
                 (NO_SCHEMA, False),
             } <= partitions
         assert len(index.layers) == 3  # the last two steps appended
+
+
+def test_a_forged_entry_at_a_tips_seq_is_told_apart_by_the_layers(
+    spark, session_database, monkeypatch
+):
+    """The entry store holds a refused entry beside the accepted one at a log's tip (the
+    same author, log and seq, a signature that does not verify): which of the two the new
+    entries link to is read from the chained layers, and the log is still appended."""
+    corpus, schema = notes()
+    log = instances(corpus.author(2), 1)
+    for title in "abcd":
+        log.create(schema.ref(), title=title)
+    n = len(corpus.pairs)
+    entry, payload = corpus.pairs[n - 3]  # the log's seq 2, its tip after the first part
+    corpus.pairs.append((entry[:-1] + bytes([entry[-1] ^ 1]), payload))
+    read_from_layers: list[object] = []
+    accepted_at = index_module._accepted_at
+
+    def spying(spark, warehouse, layers, positions):
+        read_from_layers.extend(positions)
+        return accepted_at(spark, warehouse, layers, positions)
+
+    monkeypatch.setattr(index_module, "_accepted_at", spying)
+    parts = [list(range(n - 2)), [n, n - 2, n - 1]]
+    assert run_parts(spark, session_database, corpus, parts, [schema.schema_id]) == [0, 1]
+    assert read_from_layers == [(corpus.author(2).key_pair.public_key, 1, 2)]
