@@ -15,6 +15,7 @@ from p2panda_assets.store.ingest import ingest
 from p2panda_assets.store.registry import register
 from p2panda_assets.testing.builder import CorpusBuilder, create_field, instances
 from tests.pipeline.compare import engine_deleted, engine_tables, pg_deleted, pg_tables
+from tests.pipeline.test_incremental_matches_engine import profiles_and_mails
 from tests.pipeline.test_pipeline_matches_engine import empty_store
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
@@ -24,16 +25,8 @@ def threads() -> tuple[CorpusBuilder, list[str], dict[str, set[bytes]]]:
     """Profiles; mails whose `to` cascades from a profile; comments whose `parent`
     cascades from a comment. A profile and a root comment are deleted; and what the
     engine deletes of each schema, by message or by cascade."""
-    corpus = CorpusBuilder()
-    owner = corpus.author(1)
-    profile = owner.schema(1, "profile")
-    profile.migrate(create_field("name", "varchar", default=""))
-    mail = owner.schema(2, "mail")
-    mail.migrate(
-        create_field("to", "relation", schema=profile.log_ref, cascade=True),
-        create_field("title", "varchar", default=""),
-    )
-    comment = owner.schema(3, "comment")
+    corpus, profile, mail = profiles_and_mails()
+    comment = corpus.author(1).schema(3, "comment")
     comment.migrate(create_field("text", "text", default=""))
     comment.migrate(create_field("parent", "relation", schema=comment.log_ref, cascade=True))
     people, post, talk = (instances(corpus.author(2), n) for n in (1, 2, 3))
