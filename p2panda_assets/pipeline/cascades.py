@@ -5,8 +5,8 @@ deletes are flagged already (the reduction's `deleted`): a row is live when neit
 (`materialize._flag_live`).
 
 Few instances take part: those with a cascade reference, and those a message deleted
-in the schemas the references point at (at 1M entries in bench/pipeline.py, ~55,000 of
-~490,000). The driver collects them in one Spark job and settles the cascades with
+in the schemas the references point at (in bench/pipeline.py's store of 100,000 entries,
+~3,000 of ~62,000). The driver collects them in one Spark job and settles the cascades with
 `increments.cascade_increments`, the rule the increments already settle theirs by; a
 build without cascade fields runs no job at all. Above `DRIVER_CASCADE_ROWS` of them,
 the cascades run in Spark, a fixpoint of joins over all the build's schemas.
@@ -26,10 +26,10 @@ from p2panda_assets.pipeline.increments import Again, cascade_increments, cascad
 from p2panda_assets.pipeline.local_frames import local_frame
 from p2panda_assets.store import tables
 
-# Up to this many rows of `_cascading` (instances deleted by a message or with a cascade
-# reference, a row per reference), the driver settles the cascades (`_in_driver`); the
-# deleted set it finds is then at most as large, small enough to broadcast
-# (`increments.BROADCAST_KEYS`).
+# Up to this many rows of `_cascading` (a row per cascade reference, and one per
+# instance a message deleted in a schema that references point at), the driver settles
+# the cascades (`_in_driver`); the set of what they delete is then at most as large,
+# small enough to broadcast (`increments.BROADCAST_KEYS`).
 DRIVER_CASCADE_ROWS = 200_000
 
 DELETED_DDL = "schema string, hash binary"
@@ -75,8 +75,8 @@ def _cascading(instances: DataFrame, within: list[str]) -> Cascading | None:
     """The instances with a cascade reference, a row per reference, and those a message
     deleted in the schemas `within` the build that references point at, if at most
     `DRIVER_CASCADE_ROWS` rows (one Spark job; None if more). Flat columns: out of
-    Arrow, list columns cost six times as much (0.39 s against 0.07 s for ~130,000
-    rows)."""
+    Arrow, list columns cost six times as much (0.39 s against 0.07 s for 130,000 rows,
+    measured alone)."""
     pairs = F.explode_outer(F.arrays_zip("cascade_target", "cascade_ref")).alias("c")
     pointed_at = F.col("deleted") & F.col("schema").isin(within)
     wanted = instances.filter((F.size("cascade_ref") > 0) | pointed_at)
