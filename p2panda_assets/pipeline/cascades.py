@@ -6,10 +6,11 @@ deletes are flagged already (the reduction's `deleted`): a row is live when neit
 
 Few instances take part: those with a cascade reference, and those a message deleted
 in the schemas the references point at (in bench/pipeline.py's store of 100,000 entries,
-~3,000 of ~62,000). The driver collects them in one Spark job and settles the cascades with
-`increments.cascade_increments`, the rule the increments already settle theirs by; a
-build without cascade fields runs no job at all. Above `DRIVER_CASCADE_ROWS` of them,
-the cascades run in Spark, a fixpoint of joins over all the build's schemas.
+~3,000 of ~62,000). The driver collects them in one Spark job and settles the cascades
+with `increments.cascade_increments`, the rule the increments already settle theirs
+by; a build without a cascade field that names a known schema runs no job at all.
+Above `DRIVER_CASCADE_ROWS` of them, the cascades run in Spark, a fixpoint of joins
+over all the build's schemas.
 """
 
 from __future__ import annotations
@@ -55,10 +56,10 @@ def deleted_instances(
     message deleted may be left out), and how many rows that is. The frame is read by
     the flags (`materialize._flag_live`), whose scan also copies the deleted sets."""
     targets = {t for s in schema_ids for t in cascade_targets(catalog, s)}
-    if not targets:
-        return local_frame(spark, [], DELETED_DDL), 0
     outside = sorted(t for t in targets if t is not None and t not in schema_ids)
     within = sorted(t for t in targets if t in schema_ids)
+    if not outside and not within:  # no cascade field names a known schema
+        return local_frame(spark, [], DELETED_DDL), 0
     cascading = _cascading(instances, within)
     if cascading is not None:
         return _in_driver(spark, catalog, cascading, schema_ids, stored_deleted(conn, outside))
@@ -132,8 +133,6 @@ def _in_spark(
     checkpoints, not by checkpointing the union again (a Spark job a round: 0.77 s at
     1M entries, bench/pipeline.py --spark-events)."""
     deleted = instances.filter("deleted").select("schema", "hash")
-    if not outside and not within:
-        return deleted.localCheckpoint()
     refs = (
         instances.select(
             "schema", "hash", F.explode(F.arrays_zip("cascade_target", "cascade_ref")).alias("c")

@@ -4,9 +4,9 @@ The instance logs of every schema to build are reduced together, one Spark group
 log, by the engine's `reduce_instance_log`; the cascades are settled over all of them
 (`pipeline.cascades`: upstream schemas built earlier contribute their stored deleted
 sets); the rows are written by binary COPY from the partitions into one staging table
-per schema; then each schema is swapped in its own transaction. A schema whose build fails (a value
-PostgreSQL refuses, a swap that cannot be done) is recorded `failed` with the message
-and keeps its old table; the others are built.
+per schema; then each schema is swapped in its own transaction. A schema whose build
+fails (a value PostgreSQL refuses, a swap that cannot be done) is recorded `failed`
+with the message and keeps its old table; the others are built.
 
 The same steps build a lens in time (`as_of`): the table as it was at an older version
 of the schema, beside the current one, from the same immutable messages.
