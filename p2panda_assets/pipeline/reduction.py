@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pickle
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from decimal import Decimal
 from typing import cast
 
@@ -27,6 +27,7 @@ from p2panda_assets.engine.corpus import (
     reduction_accounts,
 )
 from p2panda_assets.engine.instances import Instance, OwnerLookup
+from p2panda_assets.engine.lens import Lens
 from p2panda_assets.pipeline import increments
 from p2panda_assets.pipeline.copy import Columns
 from p2panda_assets.pipeline.groups import Row, arrow_schema, map_groups
@@ -66,10 +67,21 @@ COLLECTED = (
 )
 
 
-def instance_row(catalog: Catalog, schema_id: str, instance: Instance) -> dict[str, object]:
+def instance_rows(catalog: Catalog, schema_id: str, instances: Iterable[Instance]) -> list[Row]:
+    """The reduced instances of one of the schema's logs as `instance` rows. The lens and
+    its cascade fields are looked up once for them all, not once an instance: that was
+    30 % of the time making these rows (py-spy samples of bench/pipeline.py at 300k:
+    102 against 76 in the rows, 424 against 366 in the whole reduction of a log)."""
     lens = catalog.histories[schema_id].lens
+    cascades = cascade_fields(lens, catalog.hash_index)
+    return [_instance_row(lens, cascades, schema_id, instance) for instance in instances]
+
+
+def _instance_row(
+    lens: Lens, cascades: list[tuple[str, str | None]], schema_id: str, instance: Instance
+) -> Row:
     targets, refs = [], []
-    for name, target in cascade_fields(lens, catalog.hash_index):
+    for name, target in cascades:
         value = instance.values.get(name)
         for hex_id in value if isinstance(value, tuple) else (value,):
             if isinstance(hex_id, str):
@@ -127,7 +139,7 @@ def reduce_rows(
 
         log = items_log(entries)
         reduction = reduce_instance_log(catalog, schema_id, log, owner_of)
-        out = [instance_row(catalog, schema_id, i) for i in reduction.instances.values()]
+        out = instance_rows(catalog, schema_id, reduction.instances.values())
         if built_batch is not None:
             out += _before_rows(catalog, schema_id, log, entries, built_batch, owner_of)
     except Exception as error:  # one log's failure fails only its schema
