@@ -52,7 +52,7 @@ from p2panda_assets.engine.corpus import (
     schema_id_of,
 )
 from p2panda_assets.engine.relations import BuildOrder
-from p2panda_assets.errors import P2pandaError, Pending, Reason
+from p2panda_assets.errors import Pending, Reason
 from p2panda_assets.failpoints import Failpoint, failpoint
 from p2panda_assets.pipeline.copy import ACCOUNT_COLUMNS, Target, copy_frame
 from p2panda_assets.pipeline.groups import (
@@ -64,6 +64,7 @@ from p2panda_assets.pipeline.groups import (
 )
 from p2panda_assets.pipeline.increments import LogSums, entry_bits, sums_of_layer
 from p2panda_assets.pipeline.local_frames import local_frame
+from p2panda_assets.pipeline.packed import message_of
 from p2panda_assets.pipeline.spark import sized_for_the_store
 from p2panda_assets.pipeline.verify import (
     compact_verified,
@@ -85,11 +86,9 @@ from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.protocol.log import EntryLinks, LogTip, anchors_for
 from p2panda_assets.protocol.message_index import indexed_message
 from p2panda_assets.protocol.messages import (
-    Message,
     SchemaHashRef,
     SchemaVersionRef,
     VersionedSchema,
-    decode_message,
 )
 from p2panda_assets.statuses import Assignment as LogAssignment
 from p2panda_assets.store import pipeline_state as state_sql
@@ -168,6 +167,7 @@ DECODED_SPARK = T.StructType(
         T.StructField("schema_version", T.DecimalType(20, 0)),
         T.StructField("error", T.StringType()),
         T.StructField("payload", T.BinaryType()),
+        T.StructField("message", T.BinaryType()),  # as verification decoded it (`packed`)
         T.StructField("instance", T.BinaryType()),
         T.StructField("assignment", T.StringType()),
     ]
@@ -299,18 +299,18 @@ def tip_of(row: Row) -> LogTip | None:
 
 
 def items_log(rows: list[Row]) -> ChainedLog:
-    """A log's chained rows back as the engine's `ChainedLog` (messages decoded from
-    their payload: the columnar store holds bytes, not Python objects)."""
+    """A log's chained rows back as the engine's `ChainedLog`, each message as
+    verification decoded it (`packed.message_of`: a payload is decoded only where
+    nothing was kept)."""
     # Column types as `map_groups` gives them: binary -> bytes, decimal(20,0) -> int.
-    items: list[LogItem] = []
-    for row in sorted(rows, key=lambda r: cast(int, r["seq"])):
-        payload = cast(bytes, row["payload"])
-        message: Message | P2pandaError
-        try:
-            message = decode_message(payload)
-        except P2pandaError as error:
-            message = error
-        items.append((cast(int, row["seq"]), cast(bytes, row["hash"]), message))
+    items: list[LogItem] = [
+        (
+            cast(int, row["seq"]),
+            cast(bytes, row["hash"]),
+            message_of(cast(bytes | None, row.get("message")), cast(bytes, row["payload"])),
+        )
+        for row in sorted(rows, key=lambda r: cast(int, r["seq"]))
+    ]
     author, log_id = cast(bytes, rows[0]["author"]), cast(int, rows[0]["log_id"])
     return ChainedLog(author, log_id, items, {})
 
@@ -939,7 +939,7 @@ def _index_accounts(
             "author binary, log_id decimal(20,0), plan string, plan_schema string, "
             "why_reason string, why_message string",
         )
-        items = accepted.select("author", "log_id", "seq", "hash", "payload")
+        items = accepted.select("author", "log_id", "seq", "hash", "payload", "message")
         planned = items.join(F.broadcast(wanted), ["author", "log_id"])
         accounts = map_groups(
             planned, ("author", "log_id"), ("seq",), _pending_group, ACCOUNT_ARROW

@@ -3,7 +3,9 @@
 One Spark pass over the entries ingested since the last one (`ingest_seq` above the
 progress row's mark): each task reads its range of them from PostgreSQL by binary COPY,
 runs the engine's `check_record` and indexes the message of every entry that passes
-(or keeps why its payload does not decode: chaining then decodes no payload again).
+(or keeps why its payload does not decode: chaining then decodes no payload again),
+and keeps the instance message as decoded (`pipeline.packed`: the reduction decodes
+no payload again either).
 The result is appended to the columnar store as one batch, where the later steps read
 it. PostgreSQL gets only what is read there without Spark: the accounts of the rejected
 entries, and the index rows of the schema messages (the sensors find reverts in them).
@@ -30,8 +32,9 @@ from p2panda_assets.failpoints import Failpoint, failpoint
 from p2panda_assets.pipeline.copy import ACCOUNT_COLUMNS, Target, copy_rows
 from p2panda_assets.pipeline.groups import arrow_schema, record_batch
 from p2panda_assets.pipeline.local_frames import local_frame
+from p2panda_assets.pipeline.packed import pack_message
 from p2panda_assets.pipeline.warehouse import Warehouse, children, exists, remove, warehouse_root
-from p2panda_assets.protocol.message_index import indexed_message
+from p2panda_assets.protocol.message_index import decoded_and_indexed
 from p2panda_assets.store import pipeline_state as state_sql
 
 VERIFIED_ARROW = arrow_schema(
@@ -55,6 +58,9 @@ VERIFIED_ARROW = arrow_schema(
         # Why the payload does not decode as a message (a reason code): NULL where it
         # does, and in batches verified before it was kept (`pipeline.index`).
         ("message_error", pa.string()),
+        # The instance message as decoded here (`pipeline.packed`): NULL for the others,
+        # and in batches verified before it was kept.
+        ("message", pa.binary()),
     ]
 )
 # The columns only good entries have (NULL for the others).
@@ -63,7 +69,8 @@ VERIFIED_SPARK = (
     "ingest_seq long, hash binary, verdict string, verdict_message string, author binary, "
     "log_id decimal(20,0), seq decimal(20,0), backlink binary, lipmaa_link binary, "
     "end_of_log boolean, payload binary, kind string, schema_id string, "
-    "schema_version decimal(20,0), schema_hash binary, instance binary, message_error string"
+    "schema_version decimal(20,0), schema_hash binary, instance binary, message_error string, "
+    "message binary"
 )
 # The verified batches as every later step reads them. Batches verified by earlier
 # releases kept each good entry's bytes (`entry`) instead of its links: they read NULL
@@ -99,7 +106,7 @@ def verify_rows(rows: Iterable[Sequence[object]]) -> pa.RecordBatch:
                 entry = checked.entry
                 assert entry is not None
                 verdict = "ok"
-                index, error = indexed_message(cast(bytes, payload))
+                index, error, message = decoded_and_indexed(cast(bytes, payload))
                 good = (
                     entry.author,
                     entry.log_id,
@@ -110,6 +117,7 @@ def verify_rows(rows: Iterable[Sequence[object]]) -> pa.RecordBatch:
                     payload,
                     *index,
                     error,
+                    None if message is None else pack_message(message),
                 )
         out["verdict"].append(str(verdict))
         out["verdict_message"].append(verdict_message)

@@ -34,6 +34,7 @@ def write_layer(
             None,
             b"\xa0",
             None,
+            None,
             "assigned",
             schema,
         )

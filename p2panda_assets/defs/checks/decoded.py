@@ -87,6 +87,7 @@ def decoded_model(schema_id: str, tally: Tally) -> pa.DataFrameSchema:
             ),
             "error": column("error", T.StringType(), True),
             "payload": column("payload", T.BinaryType(), False),
+            "message": column("message", T.BinaryType(), True),
             "instance": column("instance", T.BinaryType(), True),
             "assignment": column(
                 "assignment",
