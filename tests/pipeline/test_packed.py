@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 from datetime import UTC
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -116,3 +118,15 @@ def test_a_payload_without_a_packed_message_that_does_not_decode_gives_its_reaso
     found = message_of(None, encode_cbor({"kind": "nothing"}))
     assert isinstance(found, P2pandaError)
     assert found.reason is Reason.UNKNOWN_KIND
+
+
+class _RunsAProgram:
+    def __reduce__(self) -> tuple[object, ...]:
+        return (os.system, ("true",))
+
+
+def test_a_packed_message_makes_no_object_but_values() -> None:
+    """The columnar store may sit on shared storage: what it holds must not be a way to
+    run code on the workers."""
+    with pytest.raises(pickle.UnpicklingError, match="system"):
+        unpack_message(pickle.dumps((0, None, (("a", _RunsAProgram()),))))
