@@ -270,34 +270,57 @@ def _build(
         tables.index_shared_stage(conn, accounts)
         tables.index_shared_stage(conn, deleted_stage)
         failpoint(Failpoint.STAGED)
-        for schema_id, outcome in by_id.items():
-            if outcome.status is BuildStatus.FAILED:
-                continue
-            stage = stages.get(schema_id)
-            try:
-                if stage is not None:
-                    tables.index_stage(conn, stage)
-                if as_of is None:
-                    tables.swap_schema(
-                        conn,
-                        outcome,
-                        stage,
-                        accounts,
-                        deleted_stage,
-                        index.fingerprint,
-                        states.get(schema_id),
-                    )
-                else:
-                    tables.swap_version(conn, outcome, stage)
-                stages.pop(schema_id, None)
-            except psycopg.Error as error:
-                _fail(conn, outcome, f"swap failed: {database_error(error)}", as_of)
+        built = [o for o in by_id.values() if o.status is not BuildStatus.FAILED]
+        failed = _keyed(conn, built, stages)
+        built = [o for o in built if o.schema_id not in failed]
+        if as_of is None:
+            swaps = [
+                tables.Swap(o, stages.get(o.schema_id), states.get(o.schema_id)) for o in built
+            ]
+            failed |= tables.swap_schemas(conn, swaps, accounts, deleted_stage, index.fingerprint)
+        else:
+            failed |= _swap_versions(conn, built, stages)
+        for schema_id, error in failed.items():
+            _fail(conn, by_id[schema_id], f"swap failed: {database_error(error)}", as_of)
+        for outcome in built:
+            if outcome.schema_id not in failed:  # its stage is its table now
+                stages.pop(outcome.schema_id, None)
     finally:
         drop_tables(conn, [*stages.values(), accounts, deleted_stage])
         # What this build persisted (the reduction, the cascade's rounds): the session
         # outlives the run in the resident worker, and runs never share cached frames.
         spark.catalog.clearCache()
         broadcast.unpersist()
+
+
+def _keyed(
+    conn: psycopg.Connection, outcomes: list[Outcome], stages: dict[str, Stage]
+) -> dict[str, psycopg.Error]:
+    """The primary key of each staged table, built before the swap's transaction (it
+    holds its locks the shorter); the errors of those that could not be keyed."""
+    failed: dict[str, psycopg.Error] = {}
+    for outcome in outcomes:
+        stage = stages.get(outcome.schema_id)
+        try:
+            if stage is not None:
+                tables.index_stage(conn, stage)
+        except psycopg.Error as error:
+            failed[outcome.schema_id] = error
+    return failed
+
+
+def _swap_versions(
+    conn: psycopg.Connection, outcomes: list[Outcome], stages: dict[str, Stage]
+) -> dict[str, psycopg.Error]:
+    """Each version table swapped in (`tables.swap_version`), in a transaction each;
+    the errors of those that were not."""
+    failed: dict[str, psycopg.Error] = {}
+    for outcome in outcomes:
+        try:
+            tables.swap_version(conn, outcome, stages.get(outcome.schema_id))
+        except psycopg.Error as error:
+            failed[outcome.schema_id] = error
+    return failed
 
 
 def _row_stages(

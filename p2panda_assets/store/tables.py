@@ -1,6 +1,6 @@
-"""Materialized tables: staging them, and swapping a schema's table, accounts, deleted
-set, registry row and views in one transaction (readers see the old table or the new
-one, never half of one). Every identifier goes through `sql.Identifier`.
+"""Materialized tables: staging them, and swapping the tables, accounts, deleted sets,
+registry rows and views of a build in one transaction (readers see the old tables or
+the new ones, never half of one). Every identifier goes through `sql.Identifier`.
 
 Staging objects are named `stage_<token>_<n>` (tables) and `stage_<token>_<n>_pkey`
 (their primary key), in the schema of their target; at the swap both take the target's
@@ -134,38 +134,66 @@ def index_shared_stage(conn: psycopg.Connection, stage: Stage) -> None:
     conn.execute(sql.SQL("ANALYZE {}").format(stage.identifier))
 
 
-def swap_schema(
+@dataclass(frozen=True, slots=True)
+class Swap:
+    """One schema's part of a whole build's swap (`swap_schemas`): its outcome, its
+    staged table with its key (None: the lens has no field, so no table), and what it
+    was built from."""
+
+    outcome: Outcome
+    stage: Stage | None
+    state: BuildState | None = None
+
+
+def swap_schemas(
     conn: psycopg.Connection,
-    outcome: Outcome,
-    stage: Stage | None,
+    swaps: Sequence[Swap],
     accounts: Stage,
     deleted: Stage,
     fingerprint: str,
-    state: BuildState | None = None,
-) -> None:
-    """Replace the schema's table, its instance accounts, its deleted set, its registry
-    row and the views in one transaction."""
+) -> dict[str, psycopg.Error]:
+    """Replace each schema's table, its instance accounts, its deleted set and its
+    registry row, and the views, in one transaction: readers see every old table or
+    every new one. The views are dropped and made once for all the schemas, not once a
+    schema: 20 schemas at 100k entries materialized in 6.4-6.5 s against 7.1-7.5 s
+    (bench/pipeline.py, three pairs in turn).
+
+    Each schema's part is a savepoint of its own: one that fails (a user's view that
+    depends on its table) leaves that schema as it was, and comes back with its error;
+    the others are swapped."""
+    failed: dict[str, psycopg.Error] = {}
     with conn.transaction():
-        drop_views(conn)  # they depend on the table
-        replace_table(conn, outcome.table_name, stage)
-        conn.execute(
-            "DELETE FROM p2panda.accounts WHERE origin = 'instance' AND schema_id = %s",
-            (outcome.schema_id,),
-        )
-        insert_instance_accounts(conn, accounts, outcome.schema_id)
-        conn.execute(
-            "DELETE FROM p2panda.deleted_instances WHERE schema_id = %s", (outcome.schema_id,)
-        )
-        conn.execute(
-            sql.SQL(
-                "INSERT INTO p2panda.deleted_instances (schema_id, instance_id)"
-                " SELECT schema_id, instance_id FROM {} WHERE schema_id = %s"
-            ).format(deleted.identifier),
-            (outcome.schema_id,),
-        )
-        update_registry(conn, outcome, fingerprint, state)
-        failpoint(Failpoint.SWAPPING)
+        drop_views(conn)  # they depend on the tables
+        for swap in swaps:
+            try:
+                with conn.transaction():
+                    _swap_schema(conn, swap, accounts, deleted, fingerprint)
+            except psycopg.Error as error:
+                failed[swap.outcome.schema_id] = error
         create_views(conn)
+    return failed
+
+
+def _swap_schema(
+    conn: psycopg.Connection, swap: Swap, accounts: Stage, deleted: Stage, fingerprint: str
+) -> None:
+    outcome = swap.outcome
+    replace_table(conn, outcome.table_name, swap.stage)
+    conn.execute(
+        "DELETE FROM p2panda.accounts WHERE origin = 'instance' AND schema_id = %s",
+        (outcome.schema_id,),
+    )
+    insert_instance_accounts(conn, accounts, outcome.schema_id)
+    conn.execute("DELETE FROM p2panda.deleted_instances WHERE schema_id = %s", (outcome.schema_id,))
+    conn.execute(
+        sql.SQL(
+            "INSERT INTO p2panda.deleted_instances (schema_id, instance_id)"
+            " SELECT schema_id, instance_id FROM {} WHERE schema_id = %s"
+        ).format(deleted.identifier),
+        (outcome.schema_id,),
+    )
+    update_registry(conn, outcome, fingerprint, swap.state)
+    failpoint(Failpoint.SWAPPING)
 
 
 def apply_increment(

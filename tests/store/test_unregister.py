@@ -235,7 +235,9 @@ def build_by_hand(conn: psycopg.Connection, notes: Notes) -> None:
             table_name=table_name_for(schema_id),
             name=name,
         )
-        tables.swap_schema(conn, outcome, stage, accounts, deleted, "by hand")
+        assert not tables.swap_schemas(
+            conn, [tables.Swap(outcome, stage)], accounts, deleted, "by hand"
+        )
         drop_tables(conn, [accounts, deleted])
         as_of = tables.Outcome(
             schema_id,
