@@ -166,7 +166,7 @@ DECODED_SPARK = T.StructType(
         T.StructField("kind", T.StringType()),
         T.StructField("schema_version", T.DecimalType(20, 0)),
         T.StructField("error", T.StringType()),
-        T.StructField("payload", T.BinaryType()),
+        T.StructField("payload", T.BinaryType()),  # NULL where `message` keeps it decoded
         T.StructField("message", T.BinaryType()),  # as verification decoded it (`packed`)
         T.StructField("instance", T.BinaryType()),
         T.StructField("assignment", T.StringType()),
@@ -307,7 +307,7 @@ def items_log(rows: list[Row]) -> ChainedLog:
         (
             cast(int, row["seq"]),
             cast(bytes, row["hash"]),
-            message_of(cast(bytes | None, row.get("message")), cast(bytes, row["payload"])),
+            message_of(cast(bytes | None, row.get("message")), cast(bytes | None, row["payload"])),
         )
         for row in sorted(rows, key=lambda r: cast(int, r["seq"]))
     ]

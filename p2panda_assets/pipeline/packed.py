@@ -1,6 +1,6 @@
-"""Instance messages as verification decoded them, kept beside their payloads in the
-columnar store, so that no later step decodes a payload again (issue 12: each entry
-decoded once).
+"""Instance messages as verification decoded them, kept in the columnar store instead
+of their payloads, so that no later step decodes a payload again (issue 12: each entry
+decoded once). The entry store keeps every payload.
 
 A packed message is a pickle of plain values: (0, schema, fields) for a create, (1,
 schema, instance, fields) for an update, (2, instance, schema) for a delete, a schema
@@ -12,9 +12,9 @@ instance messages of the bench's corpus, unpacking took 2.1 us a message (0.75 u
 for the restricted unpickler) against 7.9 us for `decode_message`; packing 0.85 us.
 
 Schema messages are not packed (there are few, and the catalog decodes them from the
-entry store); neither are payloads that do not decode. Their `message` is NULL, as it
-is in batches verified before it was kept: readers decode those payloads
-(`message_of`)."""
+entry store); neither are payloads that do not decode. Their `message` is NULL and their
+payload kept, as in batches verified before messages were packed: readers decode those
+payloads (`message_of`)."""
 
 from __future__ import annotations
 
@@ -80,11 +80,12 @@ def unpack_message(packed: bytes) -> Message:
     return Delete(value[1], _unref(value[2]))
 
 
-def message_of(packed: bytes | None, payload: bytes) -> Message | P2pandaError:
+def message_of(packed: bytes | None, payload: bytes | None) -> Message | P2pandaError:
     """A stored message: unpacked if verification packed it, else decoded from its
     payload (or why that payload does not decode)."""
     if packed is not None:
         return unpack_message(packed)
+    assert payload is not None, "the columnar store keeps each message in one form or the other"
     try:
         return decode_message(payload)
     except P2pandaError as error:

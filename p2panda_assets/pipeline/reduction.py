@@ -13,7 +13,7 @@ from typing import cast
 
 import pyarrow as pa
 from pyspark import Broadcast, StorageLevel
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import Row as SparkRow
 from pyspark.sql import functions as F
 
@@ -202,6 +202,7 @@ REDUCE_INPUT = (
     "seq",
     "hash",
     "batch",
+    "payload",  # NULL where `message` keeps it decoded
     "message",
     "instance",
     "schema",
@@ -232,10 +233,7 @@ def reduce_logs(
                 "owner_log": F.lit(None).cast("decimal(20,0)"),
             }
         )
-    columns: list[str | Column] = [*REDUCE_INPUT, "built_batch"] if incremental else [*REDUCE_INPUT]
-    # A payload only where verification kept no message (`items_log`): the shuffle
-    # carries each message once.
-    columns.append(F.when(F.col("message").isNull(), F.col("payload")).alias("payload"))
+    columns = [*REDUCE_INPUT, "built_batch"] if incremental else list(REDUCE_INPUT)
     return map_groups(
         items.select(*columns), ("author", "log_id"), ("seq",), reduce_group, REDUCED_ARROW
     )

@@ -49,7 +49,7 @@ VERIFIED_ARROW = arrow_schema(
         ("backlink", pa.binary()),  # good entries only, from here on
         ("lipmaa_link", pa.binary()),
         ("end_of_log", pa.bool_()),
-        ("payload", pa.binary()),
+        ("payload", pa.binary()),  # NULL where `message` keeps it decoded
         ("kind", pa.string()),  # the message index: NULL where the payload does not decode
         ("schema_id", pa.string()),
         ("schema_version", pa.decimal128(20, 0)),
@@ -58,8 +58,8 @@ VERIFIED_ARROW = arrow_schema(
         # Why the payload does not decode as a message (a reason code): NULL where it
         # does, and in batches verified before it was kept (`pipeline.index`).
         ("message_error", pa.string()),
-        # The instance message as decoded here (`pipeline.packed`): NULL for the others,
-        # and in batches verified before it was kept.
+        # The instance message as decoded here (`pipeline.packed`), instead of its
+        # payload: NULL for the others, and in batches verified before it was kept.
         ("message", pa.binary()),
     ]
 )
@@ -107,6 +107,7 @@ def verify_rows(rows: Iterable[Sequence[object]]) -> pa.RecordBatch:
                 assert entry is not None
                 verdict = "ok"
                 index, error, message = decoded_and_indexed(cast(bytes, payload))
+                packed = None if message is None else pack_message(message)
                 good = (
                     entry.author,
                     entry.log_id,
@@ -114,10 +115,10 @@ def verify_rows(rows: Iterable[Sequence[object]]) -> pa.RecordBatch:
                     entry.backlink,
                     entry.lipmaa_link,
                     entry.end_of_log,
-                    payload,
+                    payload if packed is None else None,  # each message kept once
                     *index,
                     error,
-                    None if message is None else pack_message(message),
+                    packed,
                 )
         out["verdict"].append(str(verdict))
         out["verdict_message"].append(verdict_message)

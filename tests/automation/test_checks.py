@@ -237,20 +237,25 @@ def test_decoded_check_fails_on_nulls_and_repeated_entries(store: Store) -> None
     """Nullability and uniqueness are counted like every other check."""
 
     def tamper(table: pa.Table) -> pa.Table:
-        payloads = table.column("payload").to_pylist()
-        payloads[1] = None
-        table = _replace(table, "payload", payloads)
+        authors = table.column("author").to_pylist()
+        authors[1] = None
+        table = _replace(table, "author", authors)
+        for column in ("payload", "message"):  # the message, in neither form
+            values = table.column(column).to_pylist()
+            values[2] = None
+            table = _replace(table, column, values)
         return pa.concat_tables([table, table.slice(0, 1)])
 
     with tampered_parquet(store, store.mail, tamper):
         evaluation = store.run_check(decoded_messages_match_their_model, store.mail)
     assert not evaluation.passed
     assert evaluation.metadata["failing_rows"].value == {
-        "payload: not_nullable": 1,
+        "author: not_nullable": 1,
+        "payload_or_message": 1,
         "hash_unique": 1,
         "entry_unique": 1,
     }
-    assert "payload: not_nullable" in evaluation.description
+    assert "author: not_nullable" in evaluation.description
 
 
 @contextmanager

@@ -86,7 +86,7 @@ def decoded_model(schema_id: str, tally: Tally) -> pa.DataFrameSchema:
                 "schema_version", decimal, True, at_least("schema_version", 1)
             ),
             "error": column("error", T.StringType(), True),
-            "payload": column("payload", T.BinaryType(), False),
+            "payload": column("payload", T.BinaryType(), True),
             "message": column("message", T.BinaryType(), True),
             "instance": column("instance", T.BinaryType(), True),
             "assignment": column(
@@ -107,6 +107,12 @@ def decoded_model(schema_id: str, tally: Tally) -> pa.DataFrameSchema:
                 "a message has a kind, or an error when its payload does not decode",
                 F.col("kind").isNull() == F.col("error").isNull(),
                 ("kind", "error"),
+            ),
+            tally.rows(
+                "payload_or_message",
+                "each message is kept as its payload, or decoded (`message`)",
+                F.col("payload").isNull() & F.col("message").isNull(),
+                ("payload", "message"),
             ),
             tally.rows(
                 "schema_log_is_the_schemas",
