@@ -325,7 +325,10 @@ def update_registry(
     """The registry row says what the schema's table holds: written in the swap's
     transaction, so the database knows its own versions, also when restored from a
     backup. A schema that waits or failed keeps the version, rows and fallbacks of the
-    table it still has."""
+    table it still has. `materialized_at` is the time of the schema's own swap
+    (`clock_timestamp()`), not its transaction's start: a whole build swaps all its
+    schemas in one transaction, and the registry keeps the order they were built in
+    (upstream first), as it did when each had a transaction of its own."""
     conn.execute(
         """
         UPDATE p2panda.schemas SET name = %s, description = %s, migrations = %s,
@@ -348,7 +351,7 @@ def update_registry(
     conn.execute(
         """
         UPDATE p2panda.schemas SET version = %s, version_hash = %s, rows = %s, fallbacks = %s,
-          materialized_at = now(), built_fingerprint = %s, built_state = %s,
+          materialized_at = clock_timestamp(), built_fingerprint = %s, built_state = %s,
           built_incrementally = %s
         WHERE schema_id = %s
         """,
