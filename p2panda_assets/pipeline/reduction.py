@@ -69,9 +69,9 @@ COLLECTED = (
 
 def instance_rows(catalog: Catalog, schema_id: str, instances: Iterable[Instance]) -> list[Row]:
     """The reduced instances of one of the schema's logs as `instance` rows. The lens and
-    its cascade fields are looked up once for them all, not once an instance: that was
-    30 % of the time making these rows (py-spy samples of bench/pipeline.py at 300k:
-    102 against 76 in the rows, 424 against 366 in the whole reduction of a log)."""
+    its cascade fields are looked up once for them all, not once an instance: that was a
+    quarter of the time making these rows (py-spy samples of bench/pipeline.py at 300k,
+    102 against 76)."""
     lens = catalog.histories[schema_id].lens
     cascades = cascade_fields(lens, catalog.hash_index)
     return [_instance_row(lens, cascades, schema_id, instance) for instance in instances]

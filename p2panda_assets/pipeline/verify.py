@@ -4,8 +4,8 @@ One Spark pass over the entries ingested since the last one (`ingest_seq` above 
 progress row's mark): each task reads its range of them from PostgreSQL by binary COPY,
 runs the engine's `check_record` and indexes the message of every entry that passes
 (or keeps why its payload does not decode: chaining then decodes no payload again),
-and keeps the instance message as decoded (`pipeline.packed`: the reduction decodes
-no payload again either).
+and keeps each instance message as decoded, instead of its payload (`pipeline.packed`:
+the reduction decodes no payload again either).
 The result is appended to the columnar store as one batch, where the later steps read
 it. PostgreSQL gets only what is read there without Spark: the accounts of the rejected
 entries, and the index rows of the schema messages (the sensors find reverts in them).

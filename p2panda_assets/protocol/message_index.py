@@ -40,6 +40,7 @@ def decoded_and_indexed(payload: bytes) -> tuple[MessageIndex, str | None, Messa
 
 
 def index_of(message: Message) -> MessageIndex:
+    """What the index keeps of a decoded message."""
     ref = getattr(message, "schema", None)
     schema_id = version = schema_hash = None
     if isinstance(ref, SchemaVersionRef):
