@@ -94,7 +94,6 @@ from p2panda_assets.statuses import Assignment as LogAssignment
 from p2panda_assets.store import pipeline_state as state_sql
 from p2panda_assets.store.catalog import load_catalog, registered_schemas
 from p2panda_assets.store.catalog import stored_catalog as stored_catalog  # re-exported
-from p2panda_assets.store.pipeline_state import LogPosition
 
 ACCOUNT_SPARK = "hash binary, schema_id string, state string, reason string, message string"
 # What chaining reads of each verified entry: its links and what verification indexed of
@@ -645,7 +644,7 @@ def _tips(
         needed[key] = (old, anchors_for(old.tip_seq, new_seqs))
     wanted = [(author, log_id, n) for (author, log_id), (_, ns) in needed.items() for n in ns]
     hashes: dict[LogKey, dict[int, bytes]] = {}
-    unsure: list[LogPosition] = []
+    unsure: list[state_sql.LogPosition] = []
     for (author, log_id, seq), found in state_sql.stored_hashes_at(conn, wanted).items():
         if len(found) == 1:
             hashes.setdefault((author, log_id), {})[seq] = found[0]
@@ -664,8 +663,11 @@ def _tips(
 
 
 def _accepted_at(
-    spark: SparkSession, warehouse: Warehouse, layers: tuple[str, ...], positions: list[LogPosition]
-) -> list[tuple[LogPosition, bytes]]:
+    spark: SparkSession,
+    warehouse: Warehouse,
+    layers: tuple[str, ...],
+    positions: list[state_sql.LogPosition],
+) -> list[tuple[state_sql.LogPosition, bytes]]:
     """The hash of the accepted entry at each of `positions` the chained layers hold."""
     if not positions:
         return []

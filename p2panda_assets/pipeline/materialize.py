@@ -4,9 +4,10 @@ The instance logs of every schema to build are reduced together, one Spark group
 log, by the engine's `reduce_instance_log`; the cascades are settled over all of them
 (`pipeline.cascades`: upstream schemas built earlier contribute their stored deleted
 sets); the rows are written by binary COPY from the partitions into one staging table
-per schema; then each schema is swapped in its own transaction. A schema whose build
-fails (a value PostgreSQL refuses, a swap that cannot be done) is recorded `failed`
-with the message and keeps its old table; the others are built.
+per schema; then the schemas are swapped in one transaction, each in a savepoint of
+its own (`tables.swap_schemas`). A schema whose build fails (a value PostgreSQL
+refuses, a swap that cannot be done) is recorded `failed` with the message and keeps
+its old table; the others are built.
 
 The same steps build a lens in time (`as_of`): the table as it was at an older version
 of the schema, beside the current one, from the same immutable messages.
@@ -301,9 +302,10 @@ def _keyed(
     failed: dict[str, psycopg.Error] = {}
     for outcome in outcomes:
         stage = stages.get(outcome.schema_id)
+        if stage is None:
+            continue
         try:
-            if stage is not None:
-                tables.index_stage(conn, stage)
+            tables.index_stage(conn, stage)
         except psycopg.Error as error:
             failed[outcome.schema_id] = error
     return failed
