@@ -232,13 +232,28 @@ def cascading_from(catalog: Catalog, schema_ids: Iterable[str], sources: set[str
     return found
 
 
-def new_keys(decoded: DataFrame, after_batch: int) -> set[bytes]:
+def layers_after(conn: psycopg.Connection, layers: Sequence[str], batch: int) -> list[str]:
+    """The `layers` that hold a message of a batch after `batch`, by their kept sums
+    (`layer_sums` keeps them before a build plans): an increment's new messages are in
+    the few newest layers, and reading only those spares a scan of the whole store. A
+    layer without kept sums is read."""
+    kept = state_sql.layer_digests(conn, layers)
+    return [
+        layer
+        for layer in layers
+        if layer not in kept or any(row_batch > batch for _, _, row_batch, _, _ in kept[layer])
+    ]
+
+
+def new_keys(messages: DataFrame | None, after_batch: int) -> set[bytes]:
     """The instances that messages of batches after `after_batch` create or name,
     anywhere in the store (a create elsewhere changes why an update naming it is
-    rejected)."""
+    rejected). `messages`: the store's, or those of its `layers_after` the batch."""
+    if messages is None:
+        return set()
     key = F.coalesce(F.col("instance"), F.when(F.col("kind") == "create", F.col("hash")))
     rows = (
-        decoded.filter(F.col("batch") > after_batch)
+        messages.filter(F.col("batch") > after_batch)
         .select(key.alias("key"))
         .where(F.col("key").isNotNull())
         .collect()

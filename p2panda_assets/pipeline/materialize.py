@@ -51,12 +51,13 @@ from p2panda_assets.pipeline.increments import (
     cascade_targets,
     cascading_from,
     layer_sums,
+    layers_after,
     new_keys,
     plan_builds,
     reached_rows,
     touched_messages,
 )
-from p2panda_assets.pipeline.index import IndexResult
+from p2panda_assets.pipeline.index import IndexResult, read_layers
 from p2panda_assets.pipeline.local_frames import local_frame
 from p2panda_assets.pipeline.reduction import (
     ACCOUNTED,
@@ -391,7 +392,10 @@ def _build_increments(
     accounts = None
     broadcast = spark.sparkContext.broadcast(catalog)
     try:
-        keys = new_keys(decoded, min(plan.increments.values())) | deleted_anew
+        after = min(plan.increments.values())
+        newer = layers_after(conn, index.layers, after)
+        recent = read_layers(spark, [index.warehouse.chained(run) for run in newer])
+        keys = new_keys(recent, after) | deleted_anew
         keys |= reached_rows(conn, catalog, list(by_id), keys)
         touched = touched_messages(decoded, plan.increments, keys)
         reduced, rows = reduce_instance_logs(

@@ -7,6 +7,7 @@ import psycopg
 import pytest
 
 from p2panda_assets.errors import P2pandaError, Reason
+from p2panda_assets.pipeline.increments import layers_after
 from p2panda_assets.store.database import connect, ensure_schema
 from p2panda_assets.store.ingest import ingest
 from p2panda_assets.store.pipeline_state import (
@@ -78,6 +79,25 @@ def test_layer_sums_are_kept_exactly_and_forgotten_with_their_layers(conn) -> No
         "new": [],
         "newer": [("s-1", True, 2, 1, 5)],
     }
+
+
+def test_the_layers_after_a_batch_are_those_holding_a_newer_message(conn) -> None:
+    """An increment reads only them for its new keys; a layer without kept sums may
+    hold anything, so it is read too."""
+    keep_layer_digests(
+        conn,
+        {
+            "base": [("s-1", True, 1, 5, 1), ("s-2", True, 3, 2, 1)],
+            "second": [(None, False, 4, 1, 1)],
+            "third": [("s-1", True, 5, 1, 1)],
+        },
+        ["base", "second", "third"],
+    )
+    layers = ["base", "second", "third", "unsummed"]
+    assert layers_after(conn, layers, 0) == layers
+    assert layers_after(conn, layers, 3) == ["second", "third", "unsummed"]
+    assert layers_after(conn, layers, 4) == ["third", "unsummed"]
+    assert layers_after(conn, layers[:3], 5) == []
 
 
 def test_entries_at_most_is_the_count_of_a_store_without_gaps_and_a_bound_with_them(
