@@ -442,7 +442,14 @@ def _run_index(
         plan = _log_plan(summaries, catalog, order)
         run = secrets.token_hex(6)
         accepted = _accepted(verified_ok, chained, found.held)
-        _write_chained(spark, accepted, plan, warehouse.chained(run), found.unexplained)
+        _write_chained(
+            spark,
+            accepted,
+            plan,
+            warehouse.chained(run),
+            found.unexplained,
+            few=held is not None,
+        )
         accounts = _index_accounts(spark, chained, accepted, catalog, plan)
         rows = _log_rows(logs, plan)
         _commit(
@@ -571,7 +578,14 @@ def _append_index(
         accepted = _accepted(new, chained, found.held)
         if _grew(logs, stored):
             run = secrets.token_hex(6)
-            _write_chained(spark, accepted, plan, warehouse.chained(run), found.unexplained)
+            _write_chained(
+                spark,
+                accepted,
+                plan,
+                warehouse.chained(run),
+                found.unexplained,
+                few=held is not None,
+            )
             layers = (*layers, run)
         accounts = _index_accounts(spark, chained, accepted, catalog, plan)
         rows = _log_rows(logs, plan)
@@ -892,13 +906,23 @@ def _plan_frame(spark: SparkSession, plan: LogPlan) -> DataFrame:
 
 
 def _write_chained(
-    spark: SparkSession, accepted: DataFrame, plan: LogPlan, path: str, unexplained: int
+    spark: SparkSession,
+    accepted: DataFrame,
+    plan: LogPlan,
+    path: str,
+    unexplained: int,
+    *,
+    few: bool = False,
 ) -> None:
     """Every accepted entry, decoded, by the schema of its log (`schema=` partitions).
 
     Each task writes the schemas it holds, a file each: a shuffle by schema first would
     make one file per schema, at the cost of moving every payload once more (113 MB in
-    the bench's store of 1M); the reads of a layer do not care how many files it has."""
+    the bench's store of 1M); the reads of a layer do not care how many files it has.
+    `few` entries (those the driver chained) are written by one task: a file per schema,
+    not one per schema and task."""
+    if few:
+        accepted = accepted.coalesce(1)
     planned = accepted.join(F.broadcast(_plan_frame(spark, plan)), ["author", "log_id"])
     batch = F.col("batch").cast("long")
     decoded = with_decode_errors(planned.withColumn("batch", batch), unexplained)

@@ -227,6 +227,16 @@ def compact_verified(
 
 
 SMALL_BATCH = 2_000  # up to this many new entries are verified in the driver
+ENTRIES_PER_TASK = 5_000  # about this many new entries or more per verifying task
+
+
+def verify_tasks(new: int, cores: int) -> int:
+    """How many tasks verify `new` entries: one or two rounds of one task per core, a
+    round per `ENTRIES_PER_TASK` entries a core. Always whole rounds: a last round of
+    fewer tasks than cores leaves a core idle while one task verifies alone (an
+    increment's 10,000 entries were three tasks on two cores)."""
+    rounds = min(2, -(-new // (ENTRIES_PER_TASK * cores)))
+    return max(1, rounds) * max(1, cores)
 
 
 def verify_new_entries(spark: SparkSession, conn: psycopg.Connection, url: str) -> int:
@@ -283,8 +293,7 @@ def _verify_in_spark(
     they go from the entry store to the columnar store once, through one process. The
     task also writes what PostgreSQL gets of them (`copy_side_rows`), over a second
     connection: no later job reads the batch again for it."""
-    parts = max(1, min(spark.sparkContext.defaultParallelism * 2, new // 5000 + 1))
-    ranges = split_range(*bounds, parts)
+    ranges = split_range(*bounds, verify_tasks(new, spark.sparkContext.defaultParallelism))
 
     def read_and_verify(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         with (

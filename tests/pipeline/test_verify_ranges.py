@@ -8,7 +8,7 @@ from itertools import pairwise
 from hypothesis import given
 from hypothesis import strategies as st
 
-from p2panda_assets.pipeline.verify import split_range
+from p2panda_assets.pipeline.verify import split_range, verify_tasks
 
 
 @given(st.integers(0, 10**12), st.integers(1, 10_000), st.integers(1, 64))
@@ -20,3 +20,12 @@ def test_ranges_cover_every_new_entry_once(low: int, width: int, parts: int) -> 
     for (_, end), (start, _) in pairwise(ranges):
         assert end == start
     assert all(a < b for a, b in ranges)
+
+
+def test_verification_runs_in_whole_rounds_of_one_task_per_core() -> None:
+    assert verify_tasks(10_000, 2) == 2  # not three tasks on two cores
+    assert verify_tasks(10_001, 2) == 4
+    assert verify_tasks(1_000_000, 2) == 4
+    assert verify_tasks(2_001, 8) == 8
+    assert verify_tasks(1_000_000, 8) == 16
+    assert verify_tasks(5, 0) == 1
