@@ -81,6 +81,11 @@ CREATE TABLE IF NOT EXISTS p2panda.logs (
 );
 CREATE INDEX IF NOT EXISTS logs_schema ON p2panda.logs (schema_id);
 CREATE INDEX IF NOT EXISTS accounts_schema ON p2panda.accounts (schema_id, state);
+-- The accounts of the index step's stages (verify, chain, schema, pending): few beside the
+-- instances' accounts, which are almost every row, and each index step replaces them by
+-- `origin`. Without this a scan of every account: 0.3 s each at 1M entries.
+CREATE INDEX IF NOT EXISTS accounts_origin ON p2panda.accounts (origin)
+    WHERE origin <> 'instance';
 
 -- Instances deleted in each materialized schema (by a delete or a cascade): what the
 -- schemas that relate to it need for their own cascades.
