@@ -10,6 +10,7 @@ import psycopg
 import pytest
 from pyspark.sql import SparkSession
 
+from p2panda_assets.pipeline import copy
 from p2panda_assets.pipeline.copy import Columns, Derived, Target, copy_partitions
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
@@ -88,3 +89,48 @@ def test_derived_rows_go_to_their_targets_in_the_same_scan(
     assert twice == [(n, 2 * n) for n in range(30)]
     odds = conn.execute("SELECT n FROM p2panda.copy_odd ORDER BY n").fetchall()
     assert odds == [(n,) for n in range(30) if n % 2]
+
+
+def test_rows_gathered_over_many_batches_are_all_written_and_a_late_failure_fails_alone(
+    spark: SparkSession, conn: psycopg.Connection, database_url: str, monkeypatch
+) -> None:
+    """Batches of 4 rows, written every 7 rows or more: several flushes a partition."""
+    monkeypatch.setattr(copy, "FLUSH_ROWS", 7)
+    conn.execute("CREATE TABLE p2panda.copy_many (n bigint)")
+    conn.execute("CREATE TABLE p2panda.copy_late (n bigint)")
+    conn.execute("CREATE TABLE p2panda.copy_all (n bigint)")
+    targets = {
+        "many": Target("p2panda", "copy_many", ("n",), ("int8",)),
+        "late": Target("p2panda", "copy_late", ("n",), ("int8",)),
+    }
+    every = Target("p2panda", "copy_all", ("n",), ("int8",))
+
+    def all_rows(columns: Columns) -> list[tuple[int]]:
+        return [(n,) for n in columns["n"]]
+
+    # "late" holds int8 values until its last row, which int8 cannot hold.
+    rows = [("many", pickle.dumps((n,)), n, ["t"]) for n in range(100)]
+    rows += [("late", pickle.dumps((n,)), 100 + n, None) for n in range(20)]
+    rows += [("late", pickle.dumps((2**63,)), 120, None)]
+    frame = spark.createDataFrame(rows, "dest string, row binary, n long, tags array<string>")
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    batch_rows = spark.conf.get(key)
+    spark.conf.set(key, "4")
+    try:
+        result = copy_partitions(
+            frame.coalesce(1),
+            database_url,
+            targets,
+            tally="tags",
+            derived=[Derived(every, all_rows)],
+        )
+    finally:
+        spark.conf.set(key, batch_rows)
+
+    assert result.rows["many"] == 100
+    assert set(result.errors) == {"late"}
+    assert result.tallies == {"many": {"t": 100}, "late": {}}
+    many = conn.execute("SELECT n FROM p2panda.copy_many ORDER BY n").fetchall()
+    assert many == [(n,) for n in range(100)]
+    every_n = conn.execute("SELECT n FROM p2panda.copy_all ORDER BY n").fetchall()
+    assert every_n == [(n,) for n in range(121)]
