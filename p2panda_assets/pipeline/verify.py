@@ -227,14 +227,15 @@ def compact_verified(
 
 
 SMALL_BATCH = 2_000  # up to this many new entries are verified in the driver
-ENTRIES_PER_TASK = 5_000  # about this many new entries or more per verifying task
+ENTRIES_PER_TASK = 5_000  # more than this many new entries a core: two rounds of tasks
 
 
 def verify_tasks(new: int, cores: int) -> int:
-    """How many tasks verify `new` entries: one or two rounds of one task per core, a
-    round per `ENTRIES_PER_TASK` entries a core. Always whole rounds: a last round of
-    fewer tasks than cores leaves a core idle while one task verifies alone (an
-    increment's 10,000 entries were three tasks on two cores)."""
+    """How many tasks verify `new` entries: a task per core, and a second round of them
+    when there are more than `ENTRIES_PER_TASK` a core (two tasks a core at most, as
+    before). Always whole rounds: a last round of fewer tasks than cores leaves a core
+    idle while one task verifies alone (an increment's 10,000 entries were three tasks
+    on two cores)."""
     rounds = min(2, -(-new // (ENTRIES_PER_TASK * cores)))
     return max(1, rounds) * max(1, cores)
 
