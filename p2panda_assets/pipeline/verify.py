@@ -236,8 +236,9 @@ def verify_tasks(new: int, cores: int) -> int:
     before). Always whole rounds: a last round of fewer tasks than cores leaves a core
     idle while one task verifies alone (an increment's 10,000 entries were three tasks
     on two cores)."""
+    cores = max(1, cores)
     rounds = min(2, -(-new // (ENTRIES_PER_TASK * cores)))
-    return max(1, rounds) * max(1, cores)
+    return max(1, rounds) * cores
 
 
 def verify_new_entries(spark: SparkSession, conn: psycopg.Connection, url: str) -> int:
