@@ -440,16 +440,8 @@ def _run_index(
         catalog = load_catalog(conn, schema_keys, registered_schemas(conn))
         order = catalog.order()
         plan = _log_plan(summaries, catalog, order)
-        run = secrets.token_hex(6)
         accepted = _accepted(verified_ok, chained, found.held)
-        _write_chained(
-            spark,
-            accepted,
-            plan,
-            warehouse.chained(run),
-            found.unexplained,
-            few=held is not None,
-        )
+        run = _write_chained(spark, accepted, plan, warehouse, found.unexplained, held is not None)
         accounts = _index_accounts(spark, chained, accepted, catalog, plan)
         rows = _log_rows(logs, plan)
         _commit(
@@ -577,14 +569,8 @@ def _append_index(
         layers = state.layers
         accepted = _accepted(new, chained, found.held)
         if _grew(logs, stored):
-            run = secrets.token_hex(6)
-            _write_chained(
-                spark,
-                accepted,
-                plan,
-                warehouse.chained(run),
-                found.unexplained,
-                few=held is not None,
+            run = _write_chained(
+                spark, accepted, plan, warehouse, found.unexplained, held is not None
             )
             layers = (*layers, run)
         accounts = _index_accounts(spark, chained, accepted, catalog, plan)
@@ -909,12 +895,12 @@ def _write_chained(
     spark: SparkSession,
     accepted: DataFrame,
     plan: LogPlan,
-    path: str,
+    warehouse: Warehouse,
     unexplained: int,
-    *,
-    few: bool = False,
-) -> None:
-    """Every accepted entry, decoded, by the schema of its log (`schema=` partitions).
+    few: bool,
+) -> str:
+    """Every accepted entry, decoded, by the schema of its log (`schema=` partitions),
+    as a new chained run of `warehouse`; its name.
 
     Each task writes the schemas it holds, a file each: a shuffle by schema first would
     make one file per schema, at the cost of moving every payload once more (113 MB in
@@ -927,7 +913,9 @@ def _write_chained(
     batch = F.col("batch").cast("long")
     decoded = with_decode_errors(planned.withColumn("batch", batch), unexplained)
     decoded = decoded.select(*DECODED_COLUMNS, "schema")
-    decoded.write.mode("overwrite").partitionBy("schema").parquet(path)
+    run = secrets.token_hex(6)
+    decoded.write.mode("overwrite").partitionBy("schema").parquet(warehouse.chained(run))
+    return run
 
 
 def _index_accounts(
