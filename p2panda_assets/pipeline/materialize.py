@@ -16,7 +16,7 @@ of the schema, beside the current one, from the same immutable messages.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 import psycopg
@@ -273,15 +273,22 @@ def _build(
         tables.index_shared_stage(conn, deleted_stage)
         failpoint(Failpoint.STAGED)
         built = [o for o in by_id.values() if o.status is not BuildStatus.FAILED]
-        failed = _keyed(conn, built, stages)
+        # Each staged table's key, built before the swap's transaction (which then holds
+        # its locks the shorter).
+        failed = _failures(
+            [o for o in built if o.schema_id in stages],
+            lambda o: tables.index_stage(conn, stages[o.schema_id]),
+        )
         built = [o for o in built if o.schema_id not in failed]
         if as_of is None:
             swaps = [
                 tables.Swap(o, stages.get(o.schema_id), states.get(o.schema_id)) for o in built
             ]
             failed |= tables.swap_schemas(conn, swaps, accounts, deleted_stage, index.fingerprint)
-        else:
-            failed |= _swap_versions(conn, built, stages)
+        else:  # a version table each, in a transaction each
+            failed |= _failures(
+                built, lambda o: tables.swap_version(conn, o, stages.get(o.schema_id))
+            )
         for schema_id, error in failed.items():
             _fail(conn, by_id[schema_id], f"swap failed: {database_error(error)}", as_of)
         for outcome in built:
@@ -295,32 +302,15 @@ def _build(
         broadcast.unpersist()
 
 
-def _keyed(
-    conn: psycopg.Connection, outcomes: list[Outcome], stages: dict[str, Stage]
+def _failures(
+    outcomes: list[Outcome], action: Callable[[Outcome], None]
 ) -> dict[str, psycopg.Error]:
-    """The primary key of each staged table, built before the swap's transaction (it
-    holds its locks the shorter); the errors of those that could not be keyed."""
-    failed: dict[str, psycopg.Error] = {}
-    for outcome in outcomes:
-        stage = stages.get(outcome.schema_id)
-        if stage is None:
-            continue
-        try:
-            tables.index_stage(conn, stage)
-        except psycopg.Error as error:
-            failed[outcome.schema_id] = error
-    return failed
-
-
-def _swap_versions(
-    conn: psycopg.Connection, outcomes: list[Outcome], stages: dict[str, Stage]
-) -> dict[str, psycopg.Error]:
-    """Each version table swapped in (`tables.swap_version`), in a transaction each;
-    the errors of those that were not."""
+    """`action` for each of `outcomes`, one failing not stopping the others; the
+    database errors of those it failed for, by schema."""
     failed: dict[str, psycopg.Error] = {}
     for outcome in outcomes:
         try:
-            tables.swap_version(conn, outcome, stages.get(outcome.schema_id))
+            action(outcome)
         except psycopg.Error as error:
             failed[outcome.schema_id] = error
     return failed
