@@ -2,7 +2,7 @@
 it was read before, in the same session (median seconds to read and count).
 
 Chained layers: the first layer with its known schema, the later ones in one more scan
-(`pipeline.index.read_layers`), against a read with Spark's partition discovery and
+(`pipeline.layers.read_layers`), against a read with Spark's partition discovery and
 schema inference per layer and a union of them. A sensor's run appends a layer, and an
 index step keeps up to `MAX_LAYERS` of them before it chains everything into one again;
 every run reads them several times (the decoded asset and its check, the reduction, the
@@ -34,7 +34,8 @@ from dataclasses import replace
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from p2panda_assets.pipeline.index import MAX_LAYERS, read_layers
+from p2panda_assets.pipeline.index import MAX_LAYERS
+from p2panda_assets.pipeline.layers import read_layers
 from p2panda_assets.pipeline.spark import build_session, warm_up
 from p2panda_assets.pipeline.verify import (
     VERIFIED_READ,

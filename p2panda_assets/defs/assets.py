@@ -31,12 +31,8 @@ from p2panda_assets.engine.compatibility import history_compatibility
 from p2panda_assets.engine.corpus import Catalog
 from p2panda_assets.engine.relations import BuildOrder
 from p2panda_assets.pipeline.columns import pg_type
-from p2panda_assets.pipeline.index import (
-    decoded_paths,
-    last_index,
-    read_schema_layers,
-    run_index,
-)
+from p2panda_assets.pipeline.index import last_index, run_index
+from p2panda_assets.pipeline.layers import decoded_paths, read_schema_layers
 from p2panda_assets.pipeline.materialize import materialize_schemas
 from p2panda_assets.protocol.ids import checked_schema_id
 from p2panda_assets.statuses import BUILT, BuildStatus

@@ -57,7 +57,8 @@ from p2panda_assets.pipeline.increments import (
     reached_rows,
     touched_messages,
 )
-from p2panda_assets.pipeline.index import IndexResult, read_layers
+from p2panda_assets.pipeline.index import IndexResult
+from p2panda_assets.pipeline.layers import read_layers
 from p2panda_assets.pipeline.local_frames import local_frame
 from p2panda_assets.pipeline.reduction import (
     ACCOUNTED,

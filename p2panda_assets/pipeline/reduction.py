@@ -29,9 +29,9 @@ from p2panda_assets.engine.corpus import (
 from p2panda_assets.engine.instances import Instance, OwnerLookup
 from p2panda_assets.engine.lens import Lens
 from p2panda_assets.pipeline import increments
+from p2panda_assets.pipeline.chaining import account_rows, items_log
 from p2panda_assets.pipeline.copy import Columns
 from p2panda_assets.pipeline.groups import Row, arrow_schema, map_groups
-from p2panda_assets.pipeline.index import account_rows, items_log
 from p2panda_assets.pipeline.local_frames import local_frame
 
 REDUCED_ARROW = arrow_schema(

@@ -153,7 +153,7 @@ def test_checks_that_guard_data_flowing_on_are_blocking() -> None:
 def local_decoded_path(url: str, schema_id: str) -> Path:
     """Where the index step wrote the schema's chained messages (a local path; the store
     here is indexed once, in one layer)."""
-    from p2panda_assets.pipeline.index import decoded_paths
+    from p2panda_assets.pipeline.layers import decoded_paths
     from p2panda_assets.pipeline.spark import build_session
 
     with connect(url, autocommit=True) as conn:
@@ -181,7 +181,7 @@ def tampered_parquet(store: Store, schema_id: str, tamper) -> Iterator[None]:
 def test_the_decoded_parquet_is_written_as_it_is_read(store: Store) -> None:
     """Layers are read with `DECODED_SPARK` imposed, not with the schema their files
     hold: the index step must write exactly those columns and types."""
-    from p2panda_assets.pipeline.index import DECODED_SPARK
+    from p2panda_assets.pipeline.layers import DECODED_SPARK
     from p2panda_assets.pipeline.spark import build_session
 
     written = build_session().read.parquet(str(local_decoded_path(store.url, store.mail)))

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from psycopg import sql
 
 from p2panda_assets.engine.corpus import Corpus, reduce_corpus
-from p2panda_assets.pipeline import cascades, increments, index, materialize, verify
+from p2panda_assets.pipeline import cascades, chaining, increments, index, materialize, verify
 from p2panda_assets.pipeline.index import APPEND_MIN_ENV
 from p2panda_assets.pipeline.run import run_pipeline
 from p2panda_assets.protocol.ids import parse_schema_id
@@ -88,12 +88,14 @@ def test_two_runs_equal_the_engine_on_the_whole_corpus(spark, session_database, 
     literal_keys = data.draw(st.sampled_from([0, increments.LITERAL_KEYS]), label="literal keys")
     # The entries the chain rules reject or hold are taken out of the accepted ones by a
     # broadcast join when few, a shuffled one when many: both plans.
-    held = data.draw(st.sampled_from([0, index.BROADCAST_HELD]), label="broadcast held up to")
+    held = data.draw(st.sampled_from([0, chaining.BROADCAST_HELD]), label="broadcast held up to")
     # Each index step that chains everything compacts the verified batches first, or
     # (the default, on these small stores) never.
     compact = data.draw(st.sampled_from([0, verify.COMPACT_BATCHES]), label="compact above")
     # A few entries are chained (appended) in the driver, more in Spark partitions.
-    in_driver = data.draw(st.sampled_from([0, index.DRIVER_CHAIN_ENTRIES]), label="chain in driver")
+    in_driver = data.draw(
+        st.sampled_from([0, chaining.DRIVER_CHAIN_ENTRIES]), label="chain in driver"
+    )
     # A whole build's cascades are settled in the driver or in Spark.
     settled = data.draw(
         st.sampled_from([0, cascades.DRIVER_CASCADE_ROWS]), label="cascades in driver up to"
@@ -101,9 +103,9 @@ def test_two_runs_equal_the_engine_on_the_whole_corpus(spark, session_database, 
     with empty_store(session_database) as conn, pytest.MonkeyPatch.context() as patch:
         patch.setattr(cascades, "DRIVER_CASCADE_ROWS", settled)
         patch.setattr(increments, "LITERAL_KEYS", literal_keys)
-        patch.setattr(index, "BROADCAST_HELD", held)
+        patch.setattr(chaining, "BROADCAST_HELD", held)
         patch.setattr(verify, "COMPACT_BATCHES", compact)
-        patch.setattr(index, "DRIVER_CHAIN_ENTRIES", in_driver)
+        patch.setattr(chaining, "DRIVER_CHAIN_ENTRIES", in_driver)
         ingest(conn, [p for p, early in zip(pairs, first, strict=True) if early])
         for schema_id in sorted(registered):
             register(conn, *parse_schema_id(schema_id), None)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from p2panda_assets.engine.corpus import reduce_corpus
 from p2panda_assets.errors import P2pandaError
-from p2panda_assets.pipeline import cascades, index, verify
+from p2panda_assets.pipeline import cascades, chaining, index, verify
 from p2panda_assets.pipeline.index import last_index
 from p2panda_assets.pipeline.run import run_pipeline
 from p2panda_assets.pipeline.verify import current_warehouse
@@ -82,9 +82,11 @@ def test_pipeline_tables_and_accounts_equal_the_engine(spark, session_database, 
     in_spark = data.draw(st.booleans(), label="verify in Spark partitions")
     # The entries the chain rules reject or hold are taken out of the accepted ones by a
     # broadcast join when few, a shuffled one when many: both plans.
-    held = data.draw(st.sampled_from([0, index.BROADCAST_HELD]), label="broadcast held up to")
+    held = data.draw(st.sampled_from([0, chaining.BROADCAST_HELD]), label="broadcast held up to")
     # A few entries are chained in the driver, more in Spark partitions: both paths.
-    in_driver = data.draw(st.sampled_from([0, index.DRIVER_CHAIN_ENTRIES]), label="chain in driver")
+    in_driver = data.draw(
+        st.sampled_from([0, chaining.DRIVER_CHAIN_ENTRIES]), label="chain in driver"
+    )
     # The cascades are settled in the driver when few instances take part, in Spark
     # when many (0: in Spark unless none does).
     settled = data.draw(
@@ -93,8 +95,8 @@ def test_pipeline_tables_and_accounts_equal_the_engine(spark, session_database, 
     with pytest.MonkeyPatch.context() as patch:
         if in_spark:
             patch.setattr(verify, "SMALL_BATCH", 0)
-        patch.setattr(index, "BROADCAST_HELD", held)
-        patch.setattr(index, "DRIVER_CHAIN_ENTRIES", in_driver)
+        patch.setattr(chaining, "BROADCAST_HELD", held)
+        patch.setattr(chaining, "DRIVER_CHAIN_ENTRIES", in_driver)
         patch.setattr(cascades, "DRIVER_CASCADE_ROWS", settled)
         check_equal(spark, session_database, corpus.pairs, registered)
 
@@ -229,14 +231,14 @@ def test_payloads_that_do_not_decode_keep_the_engines_reason(
     by an earlier release did not keep it: chaining decodes those payloads again, and
     only then. Either way every error is the reason the engine gives."""
     unexplained: list[int] = []
-    chained_logs = index._chained_logs
+    chained_logs = index.chained_logs
 
     def counting(chained):
         found = chained_logs(chained)
         unexplained.append(found.unexplained)
         return found
 
-    monkeypatch.setattr(index, "_chained_logs", counting)
+    monkeypatch.setattr(index, "chained_logs", counting)
     corpus = CorpusBuilder()
     schema = corpus.author(1).schema(7, "garbled")
     schema.migrate(create_field("title", "text"))

@@ -15,7 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from p2panda_assets.pipeline import verify
-from p2panda_assets.pipeline.index import DECODED_COLUMNS, read_layers, read_schema_layers
+from p2panda_assets.pipeline.layers import DECODED_COLUMNS, read_layers, read_schema_layers
 from p2panda_assets.pipeline.verify import (
     VERIFIED_READ,
     compact_verified,

@@ -24,7 +24,7 @@ ASSIGNMENTS = tuple(a.value for a in Assignment)
 
 def decoded_model(schema_id: str, tally: Tally) -> pa.DataFrameSchema:
     """The decoded Parquet of one schema, as the reduction reads it (with the types of
-    `pipeline.index.DECODED_SPARK` imposed: a file whose column cannot be read as that
+    `pipeline.layers.DECODED_SPARK` imposed: a file whose column cannot be read as that
     type fails the read): pandera checks the types and the column set; every value
     check is counted by `tally`."""
     author, log_id = parse_schema_id(schema_id)
