@@ -316,6 +316,16 @@ def replace_table(conn: psycopg.Connection, table_name: str, stage: Stage | None
     )
 
 
+def storable_text(text: str | None) -> str | None:
+    """`text` as a PostgreSQL text value can hold it: U+0000, which a CBOR text string
+    may carry and PostgreSQL cannot store, as U+FFFD. Only for what a schema's author
+    wrote about it (its description), which is shown, never queried: one such character
+    made every write of the registry row fail, and with it the build of every schema
+    after it. A field value with U+0000 is rejected instead (`engine.values`): a table
+    never holds a changed value."""
+    return None if text is None else text.replace("\x00", "\ufffd")
+
+
 def update_registry(
     conn: psycopg.Connection,
     outcome: Outcome,
@@ -337,7 +347,7 @@ def update_registry(
         """,
         (
             outcome.name,
-            outcome.description,
+            storable_text(outcome.description),
             Jsonb(outcome.migrations),
             outcome.table_name,
             str(outcome.status),

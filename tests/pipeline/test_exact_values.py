@@ -170,3 +170,40 @@ def test_every_type_and_edge_value_reaches_postgresql_as_preview_shows_it(
             want, have = row.values[name], pg_value(stored[name], spec.type)
             assert same(want, have), (name, want, have)
             assert to_json(want, spec.type) == to_json(have, spec.type), name
+
+
+def test_a_description_postgresql_cannot_hold_is_shown_with_a_replacement(
+    spark, database_url
+) -> None:
+    """A description is a CBOR text string, which may hold U+0000; a PostgreSQL text
+    value cannot. The schema is valid (SPEC section 2): it is built, and so is every
+    other schema, its registry row and its view's comment showing U+FFFD instead. (Its
+    registry row could not be written, and the build of the other schemas stopped.)"""
+    built = CorpusBuilder()
+    odd = built.author(1).schema(1, "odd")
+    odd.meta("odd", description="nul\x00here")
+    odd.migrate(create_field("title", "text"))
+    plain = built.author(1).schema(2, "plain")
+    plain.migrate(create_field("title", "text"))
+    writer = built.author(2)
+    instances(writer, 1).create(odd.ref(), title="one")
+    instances(writer, 2).create(plain.ref(), title="two")
+    with connect(database_url, autocommit=True) as conn:
+        ensure_schema(conn)
+        ingest(conn, built.pairs)
+        for schema in (odd, plain):
+            register(conn, *parse_schema_id(schema.schema_id), None)
+        outcomes = run_pipeline(spark, conn, database_url)
+        assert sorted((o.name, o.status, o.rows) for o in outcomes) == [
+            ("odd", "materialized", 1),
+            ("plain", "materialized", 1),
+        ]
+        description = conn.execute(
+            "SELECT description FROM p2panda.schemas WHERE schema_id = %s", (odd.schema_id,)
+        ).fetchone()
+        assert description == ("nul\ufffdhere",)
+        comment = conn.execute(
+            "SELECT obj_description(%s::regclass)",
+            (sql.Identifier("p2panda_api", "odd").as_string(conn),),
+        ).fetchone()
+        assert comment == ("@primaryKey _instance_id\nnul\ufffdhere",)
