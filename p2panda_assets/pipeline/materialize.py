@@ -245,7 +245,7 @@ def _build(
     accounts = deleted_stage = None
     broadcast = spark.sparkContext.broadcast(catalog)
     try:
-        stages = _row_stages(conn, catalog, outcomes, token)
+        _row_stages(conn, catalog, outcomes, token, stages, as_of)
         accounts = tables.create_shared_stage(conn, f"stage_{token}_accounts", "accounts")
         deleted_stage = tables.create_shared_stage(
             conn, f"stage_{token}_deleted", "deleted_instances"
@@ -318,19 +318,28 @@ def _failures(
 
 
 def _row_stages(
-    conn: psycopg.Connection, catalog: Catalog, outcomes: list[Outcome], token: str
-) -> dict[str, Stage]:
-    """A staging table for the rows of each schema whose lens has a field."""
-    stages: dict[str, Stage] = {}
+    conn: psycopg.Connection,
+    catalog: Catalog,
+    outcomes: list[Outcome],
+    token: str,
+    stages: dict[str, Stage],
+    as_of: int | None,
+) -> None:
+    """A staging table for the rows of each schema whose lens has a field, added to
+    `stages` as it is made (the caller drops what is there, whatever fails later). A
+    schema whose table PostgreSQL refuses (a lens of more fields than a table may have
+    columns) fails alone: it stopped the build of every schema before."""
     for i, outcome in enumerate(outcomes):
         lens = catalog.histories[outcome.schema_id].lens
         if lens:
             schema, _ = tables.split_table_name(outcome.table_name)
             columns = [(name, pg_type(spec.type)) for name, spec in lens.items()]
-            stages[outcome.schema_id] = tables.create_stage(
-                conn, schema, f"stage_{token}_{i}", columns
-            )
-    return stages
+            try:
+                stages[outcome.schema_id] = tables.create_stage(
+                    conn, schema, f"stage_{token}_{i}", columns
+                )
+            except psycopg.Error as error:
+                _fail(conn, outcome, f"staging its table failed: {database_error(error)}", as_of)
 
 
 def _build_first(
@@ -397,7 +406,8 @@ def _build_increments(
         stored = stored_deleted(conn, sorted(targets | set(ok)))
         deleted_now, whole = _settle_cascades(catalog, ok, again, stored)
         ok = [s for s in ok if s not in whole]
-        stages = _row_stages(conn, catalog, [by_id[s] for s in ok], token)
+        _row_stages(conn, catalog, [by_id[s] for s in ok], token, stages, None)
+        ok = [s for s in ok if s in stages]
         accounts = tables.create_shared_stage(conn, f"stage_{token}_accounts", "accounts")
         gone_rows = [(s, h) for s in ok for h in deleted_now[s]]
         gone = local_frame(spark, gone_rows, DELETED_DDL)
