@@ -10,6 +10,8 @@ of the schema is incremental when
 - the digest of its messages of those batches is the same: no message left (a fork, a
   log assigned elsewhere or a duplicate now) and none joined (a log newly assigned
   here, an entry that filled a gap in its log), so every log of the schema only grew,
+- the deleted sets of the other schemas its cascades read are those its table was
+  written with (a run that built one of those schemas alone may have changed them),
 - no message of it is held pending (a change anywhere in the catalog may release it),
 - its table is there, and no schema its cascade fields name is built whole after the
   increments (a schema built whole before them, one that cascades from none of them,
@@ -193,13 +195,19 @@ def plan_builds(
     digests = message_digests(
         sums, {s: previous[s].batch if s in previous else -1 for s in schema_ids}
     )
-    states = {s: BuildState(batch, digests[s].now, lens_key(catalog, order, s)) for s in schema_ids}
+    states = {
+        s: BuildState(
+            batch, digests[s].now, lens_key(catalog, order, s), cascade_sources(catalog, s)
+        )
+        for s in schema_ids
+    }
     holding = tables.schemas_holding_messages(conn, list(previous))
     increments = {
         s: was.batch
         for s, was in previous.items()
         if was.lens == states[s].lens
         and was.digest == digests[s].before
+        and same_deleted_sets(conn, was, states[s].cascades_from)
         and s not in holding
         and digests[s].new <= NEW_SHARE * digests[s].total
         and tables.table_exists(conn, table_name_for(s))
@@ -209,6 +217,23 @@ def plan_builds(
     for schema_id in cascading_from(catalog, increments, last):
         del increments[schema_id]
     return BuildPlan(states, increments, frozenset(whole - last))
+
+
+def cascade_sources(catalog: Catalog, schema_id: str) -> tuple[str, ...]:
+    """The other schemas whose deleted sets the schema's cascades read (its own is
+    decided with its rows)."""
+    return tuple(
+        sorted(t for t in cascade_targets(catalog, schema_id) if t not in (None, schema_id))
+    )
+
+
+def same_deleted_sets(conn: psycopg.Connection, was: BuildState, sources: tuple[str, ...]) -> bool:
+    """Whether the deleted sets of `sources`, which the table's cascades read, are as
+    they were when it was written. A build of their schema in another run (the sensors
+    build a schema at a time) may have changed them, and an increment reduces again only
+    the rows that new messages reach: a row pointing at an instance deleted since would
+    stay."""
+    return not sources or was.deleted == tables.deleted_key(conn, sources)
 
 
 def cascade_targets(catalog: Catalog, schema_id: str) -> set[str | None]:

@@ -48,6 +48,7 @@ from p2panda_assets.pipeline.increments import (
     Again,
     BuildPlan,
     cascade_increments,
+    cascade_sources,
     cascade_targets,
     cascading_from,
     layer_sums,
@@ -55,6 +56,7 @@ from p2panda_assets.pipeline.increments import (
     new_keys,
     plan_builds,
     reached_rows,
+    same_deleted_sets,
     touched_messages,
 )
 from p2panda_assets.pipeline.index import IndexResult
@@ -140,6 +142,7 @@ def _materialize(
     schema_ids = ordered([checked_schema_id(s) for s in schema_ids], order)
     outcomes = {s: _outcome(catalog, order, s, as_of) for s in schema_ids}
     built_from = tables.built_fingerprints(conn, schema_ids) if as_of is None else {}
+    previous = tables.build_states(conn, schema_ids) if as_of is None else {}
     ready: list[str] = []
     for schema_id in schema_ids:
         outcome = outcomes[schema_id]
@@ -152,7 +155,9 @@ def _materialize(
             )
             if as_of is None:
                 tables.record_status(conn, outcome)
-        elif built_from.get(schema_id) == index.fingerprint:
+        elif built_from.get(schema_id) == index.fingerprint and _cascades_unchanged(
+            conn, catalog, previous.get(schema_id), schema_id
+        ):
             outcome.status = BuildStatus.UNCHANGED
         else:
             ready.append(schema_id)
@@ -175,6 +180,16 @@ def _materialize(
     if whole:
         _build(spark, conn, url, index, catalog, whole, None, plan.states)
     return [outcomes[s] for s in schema_ids]
+
+
+def _cascades_unchanged(
+    conn: psycopg.Connection, catalog: Catalog, was: BuildState | None, schema_id: str
+) -> bool:
+    """Whether a table built from the current index is still what a build would give:
+    the deleted sets its cascades read are those it was written with (a run that built
+    their schema alone may have changed them since). A table without a recorded state
+    (dropped, or built by an earlier release) is taken as it is, as before."""
+    return was is None or same_deleted_sets(conn, was, cascade_sources(catalog, schema_id))
 
 
 def _outcome(catalog: Catalog, order: BuildOrder, schema_id: str, as_of: int | None) -> Outcome:

@@ -10,7 +10,7 @@ names (`<table>`, `<table>_pkey`), so a sweep of `stage_*` finds only staging ob
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import cast
 
 import psycopg
@@ -58,20 +58,38 @@ class Outcome:
 @dataclass(frozen=True, slots=True)
 class BuildState:
     """What a schema's table was built from: every message of its instance logs from
-    verified batches up to `batch` (their `digest`), under the lens whose key is `lens`.
-    A later build that finds the same digest for those batches and the same lens key
-    adds only the instances that messages of later batches name (`pipeline.increments`)."""
+    verified batches up to `batch` (their `digest`), under the lens whose key is `lens`,
+    and the deleted sets of the other schemas its cascades read (`cascades_from`) as
+    they were when the table was written (`deleted`, `deleted_key`; None before). A
+    later build that finds the same digest for those batches, the same lens key and the
+    same deleted sets adds only the instances that messages of later batches name
+    (`pipeline.increments`)."""
 
     batch: int
     digest: str
     lens: str
+    cascades_from: tuple[str, ...] = ()
+    deleted: str | None = None
 
     def as_json(self) -> dict[str, object]:
-        return {"batch": self.batch, "digest": self.digest, "lens": self.lens}
+        return {
+            "batch": self.batch,
+            "digest": self.digest,
+            "lens": self.lens,
+            "cascades_from": list(self.cascades_from),
+            "deleted": self.deleted,
+        }
 
     @classmethod
     def from_json(cls, value: dict[str, object]) -> BuildState:
-        return cls(int(cast(int, value["batch"])), str(value["digest"]), str(value["lens"]))
+        deleted = value.get("deleted")
+        return cls(
+            int(cast(int, value["batch"])),
+            str(value["digest"]),
+            str(value["lens"]),
+            tuple(str(s) for s in cast(list[object], value.get("cascades_from") or [])),
+            None if deleted is None else str(deleted),
+        )
 
 
 def split_table_name(table_name: str) -> tuple[str, str]:
@@ -371,11 +389,34 @@ def update_registry(
             outcome.rows,
             Jsonb(outcome.fallbacks),
             fingerprint,
-            None if state is None else Jsonb(state.as_json()),
+            None if state is None else Jsonb(_as_written(conn, state).as_json()),
             outcome.incremental,
             outcome.schema_id,
         ),
     )
+
+
+def _as_written(conn: psycopg.Connection, state: BuildState) -> BuildState:
+    """`state` with the deleted sets its table's cascades read, as this transaction
+    sees them: upstream schemas are written first, so an upstream's new deletes of the
+    same run are in them."""
+    return replace(state, deleted=deleted_key(conn, state.cascades_from))
+
+
+def deleted_key(conn: psycopg.Connection, schema_ids: Sequence[str]) -> str:
+    """A key of the stored deleted sets of `schema_ids`: each one's size and the MD5 of
+    its sorted ids. Equal keys, equal sets (a table whose cascades read them needs no
+    change for them)."""
+    if not schema_ids:
+        return ""
+    rows = conn.execute(
+        "SELECT schema_id, count(*), md5(string_agg(encode(instance_id, 'hex'), ','"
+        " ORDER BY instance_id)) FROM p2panda.deleted_instances WHERE schema_id = ANY(%s)"
+        " GROUP BY schema_id",
+        (list(schema_ids),),
+    )
+    sets = {schema_id: f"{count}:{digest}" for schema_id, count, digest in rows}
+    return ";".join(f"{s}={sets.get(s, '0')}" for s in sorted(schema_ids))
 
 
 def _status_message(outcome: Outcome) -> str | None:

@@ -12,13 +12,14 @@ from psycopg import sql
 
 from p2panda_assets.engine.corpus import Corpus, reduce_corpus
 from p2panda_assets.pipeline import cascades, chaining, increments, index, materialize, verify
-from p2panda_assets.pipeline.index import APPEND_MIN_ENV
+from p2panda_assets.pipeline.index import APPEND_MIN_ENV, run_index
+from p2panda_assets.pipeline.materialize import materialize_schemas
 from p2panda_assets.pipeline.run import run_pipeline
 from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store.ingest import ingest
 from p2panda_assets.store.pipeline_state import pipeline_state
 from p2panda_assets.store.registry import register, table_name_for
-from p2panda_assets.store.tables import registry_outcome
+from p2panda_assets.store.tables import Outcome, registry_outcome
 from p2panda_assets.testing.builder import (
     Author,
     CorpusBuilder,
@@ -313,6 +314,62 @@ def test_rows_a_whole_build_brings_back_rebuild_their_schema_whole(spark, sessio
     assert outcomes[mail.schema_id].rows == 4
 
 
+def build_alone(spark, conn, url: str, schema_id: str) -> Outcome:
+    """One schema's run, as a sensor or a backfill of one partition launches it."""
+    index = run_index(spark, conn, url)
+    return materialize_schemas(spark, conn, url, index, [schema_id])[0]
+
+
+def assert_equals_the_engine(conn, pairs, schema_ids: list[str]) -> None:
+    expected = reduce_corpus(pairs, set(schema_ids))
+    assert pg_tables(conn, schema_ids) == engine_tables(expected)
+    assert pg_deleted(conn, schema_ids) == engine_deleted(expected, schema_ids)
+    assert pg_accounts(conn) == engine_accounts(expected)
+
+
+def test_a_table_built_before_its_upstream_catches_up_is_built_again(spark, session_database):
+    """The mails are built while the profiles' table is behind (a delete of a profile
+    is ingested, not built); then the profiles catch up alone, and then the mails, as
+    the cascade sensor asks. No new message reaches the mail to the deleted profile: the
+    mails' table must see that the deleted set it cascaded from has changed."""
+    corpus, profile, mail, people, panda, _, _ = mails_to_panda_and_sloth()
+    early = len(corpus.pairs)
+    people.delete(panda)
+    schema_ids = [profile.schema_id, mail.schema_id]
+    url = session_database
+    with empty_store(url) as conn:
+        ingest(conn, corpus.pairs[:early])
+        for schema_id in schema_ids:
+            register(conn, *parse_schema_id(schema_id), None)
+        run_pipeline(spark, conn, url)
+        ingest(conn, corpus.pairs[early:])
+        assert build_alone(spark, conn, url, mail.schema_id).rows == 5  # the profiles: behind
+        assert build_alone(spark, conn, url, profile.schema_id).rows == 1
+        again = build_alone(spark, conn, url, mail.schema_id)
+        assert (again.status, again.incremental, again.rows) == ("materialized", False, 2)
+        assert_equals_the_engine(conn, corpus.pairs, schema_ids)
+
+
+def test_a_delete_two_relations_up_reaches_tables_built_a_schema_at_a_time(spark, session_database):
+    """Org, profile, mail: each built alone after the org's delete, upstream first. The
+    profiles' increment deletes the closed org's profile by cascade; no message names
+    it, nor the mail that points at it."""
+    corpus, (org, profile, mail), orgs, _, closed, _ = orgs_profiles_and_mails(2, 1)
+    early = len(corpus.pairs)
+    orgs.delete(closed)
+    schema_ids = [org.schema_id, profile.schema_id, mail.schema_id]
+    url = session_database
+    with empty_store(url) as conn:
+        ingest(conn, corpus.pairs[:early])
+        for schema_id in schema_ids:
+            register(conn, *parse_schema_id(schema_id), None)
+        run_pipeline(spark, conn, url)
+        ingest(conn, corpus.pairs[early:])
+        for schema_id in schema_ids:
+            build_alone(spark, conn, url, schema_id)
+        assert_equals_the_engine(conn, corpus.pairs, schema_ids)
+
+
 @st.composite
 def growing_mail(draw: st.DrawFn) -> tuple[CorpusBuilder, list[str], int]:
     """Profiles and mails that cascade from them, written by a few authors (creates,
@@ -370,6 +427,62 @@ def test_a_growing_store_with_cascades_equals_the_engine(spark, session_database
         outcomes, appended = run_in_two_parts(spark, session_database, corpus, cut, schema_ids)
     event(f"the second index step appended: {appended}")
     event(f"incremental builds in the second run: {sum(o.incremental for o in outcomes.values())}")
+
+
+@st.composite
+def chain_deleted_later(draw: st.DrawFn) -> tuple[CorpusBuilder, list[str], int]:
+    """Orgs, profiles whose `org` cascades, mails whose `to` cascades (as
+    `orgs_profiles_and_mails`), and where the newer part starts: after it, deletes along
+    the chain and a new mail, some of them."""
+    corpus = CorpusBuilder()
+    owner = corpus.author(1)
+    org = owner.schema(1, "org")
+    org.migrate(create_field("name", "varchar", default=""))
+    profile = owner.schema(2, "profile")
+    profile.migrate(create_field("org", "relation", schema=org.log_ref, cascade=True))
+    mail = owner.schema(3, "mail")
+    mail.migrate(create_field("to", "relation", schema=profile.log_ref, cascade=True))
+    orgs, people, post = (instances(corpus.author(2), n) for n in (1, 2, 3))
+    closed, open_ = (orgs.create(org.ref(), name=n) for n in ("closed", "open"))
+    gone, kept = (people.create(profile.ref(), org=o) for o in (closed, open_))
+    for to in draw(st.lists(st.sampled_from([gone, kept]), max_size=4), label="mails"):
+        post.create(mail.ref(), to=to)
+    cut = len(corpus.pairs)
+    if draw(st.booleans(), label="the closed org deleted later"):
+        orgs.delete(closed)
+    if draw(st.booleans(), label="the open org's profile deleted later"):
+        people.delete(kept)
+    if draw(st.booleans(), label="a mail to it later"):
+        post.create(mail.ref(), to=kept)
+    return corpus, [org.schema_id, profile.schema_id, mail.schema_id], cut
+
+
+@settings(
+    max_examples=10,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(chain=chain_deleted_later(), data=st.data())
+def test_runs_of_one_schema_at_a_time_then_all_equal_the_engine(
+    spark, session_database, chain, data
+):
+    """The sensors and backfills of single partitions build a schema at a time, in any
+    order (a schema before the one it cascades from, too): after such runs over a store
+    that grew, a run of every schema gives the engine's tables, deleted sets and
+    accounts."""
+    corpus, schema_ids, cut = chain
+    alone = data.draw(st.permutations(schema_ids), label="built alone, in this order")
+    url = session_database
+    with empty_store(url) as conn:
+        ingest(conn, corpus.pairs[:cut])
+        for schema_id in schema_ids:
+            register(conn, *parse_schema_id(schema_id), None)
+        run_pipeline(spark, conn, url)
+        ingest(conn, corpus.pairs[cut:])
+        for schema_id in alone:
+            build_alone(spark, conn, url, schema_id)
+        run_pipeline(spark, conn, url)
+        assert_equals_the_engine(conn, corpus.pairs, schema_ids)
 
 
 @settings(
