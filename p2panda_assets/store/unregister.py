@@ -11,6 +11,9 @@ dropped first (they depend on the tables) and made again from the registry last,
 the views lock, as a registration does. The entry store is append-only: registering the
 schema again and materializing it builds the same table from the same entries.
 
+Every other schema's next build is whole (`_forget_build_states`): a message of its logs
+may name the unregistered schema, and waits for it now.
+
 A schema that other registered schemas relate to (their registry row's `upstream` names
 it) is only unregistered with `force`: their tables stay as they are, and their next
 build waits until it is registered again. The caller removes the Dagster partition
@@ -105,8 +108,19 @@ def _unregister(conn: psycopg.Connection, schema_id: str, force: bool) -> Unregi
         "DELETE FROM p2panda.deleted_instances WHERE schema_id = %s", (schema_id,)
     ).rowcount
     conn.execute("DELETE FROM p2panda.schemas WHERE schema_id = %s", (schema_id,))
+    _forget_build_states(conn)
     create_views(conn)
     return Unregistered(schema_id, name, table_name, version_tables, accounts, deleted, related)
+
+
+def _forget_build_states(conn: psycopg.Connection) -> None:
+    """Build every other schema whole next (`pipeline.increments` takes a schema without
+    a recorded state as one to build whole). A message of another schema's log that
+    names the unregistered one was rejected while it was registered (`mixed-log`) and
+    waits for it now, holding later messages of its instance back: the other schema's
+    messages are the same, and an increment would keep its rows as they were. Which
+    logs name it is not known without reading every message; unregistering is rare."""
+    conn.execute("UPDATE p2panda.schemas SET built_state = NULL WHERE built_state IS NOT NULL")
 
 
 def _drop_table(conn: psycopg.Connection, schema_id: str, table_name: str) -> None:

@@ -1,8 +1,9 @@
 """`panda unregister` (`store/unregister.py`, `partitions_admin.py`): a registered schema's
 table, version tables, registry row, deleted set, instance accounts, views and Dagster
 partition go (the database's part in one transaction, then the partition); its entries
-stay, the other schemas are untouched, and registering it again and materializing brings
-the same rows back. A schema other registered schemas relate to needs `--force`.
+stay, the other schemas' tables are untouched (their next build is whole), and
+registering it again and materializing brings the same rows back. A schema other
+registered schemas relate to needs `--force`.
 
 The Spark-free tests build tables as the pipeline's swap does (`store/tables.py`), with
 the rows, accounts and deleted set the engine computes; the Spark tests materialize with
@@ -25,6 +26,7 @@ from p2panda_assets.engine.corpus import Row, reduce_corpus
 from p2panda_assets.errors import Reason
 from p2panda_assets.orchestration import SCHEMAS, add_partition
 from p2panda_assets.pipeline.columns import pg_type
+from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.statuses import BuildStatus
 from p2panda_assets.store import tables
 from p2panda_assets.store.ingest import ingest
@@ -39,6 +41,7 @@ from p2panda_assets.store.registry import (
     table_name_for,
     version_table_name_for,
 )
+from p2panda_assets.store.unregister import unregister
 from p2panda_assets.testing.builder import CorpusBuilder, SchemaAuthor, create_field, instances
 
 if TYPE_CHECKING:
@@ -544,3 +547,35 @@ def test_a_schema_others_relate_to_is_only_unregistered_with_force(
     same_build(conn, profile, profile_before)
     same_build(conn, mail, mail_before)
     assert views(conn) == ["mail", "profile"]
+
+
+@pytest.mark.postgres
+@pytest.mark.spark
+def test_unregistering_a_schema_other_logs_name_builds_their_tables_as_the_engine_does(
+    spark: SparkSession, conn: psycopg.Connection, database_url: str
+) -> None:
+    """A note's update that names another schema (tags) is `mixed-log` while tags is
+    registered, and waits for it once it is not, holding the note's later update back
+    (rule I-*). No entry is new after the unregistration, and the notes' messages are
+    the same: their table must still be built again, as the engine reduces it."""
+    from tests.pipeline.compare import engine_accounts, engine_tables, pg_accounts, pg_tables
+
+    corpus = CorpusBuilder()
+    notes = corpus.author(1).schema(1, "note")
+    notes.migrate(create_field("title", "text"))
+    tags = corpus.author(1).schema(2, "tag")
+    tags.migrate(create_field("title", "text"))
+    log = instances(corpus.author(2), 1)
+    note = log.create(notes.ref(), title="first")
+    log.update(tags.ref(), note, title="named the tags")
+    log.update(notes.ref(), note, title="second")
+    ingest(conn, corpus.pairs)
+    for schema in (notes, tags):
+        register(conn, *parse_schema_id(schema.schema_id), None)
+    assert materialized(conn, database_url, spark)[notes.schema_id] == "materialized"
+    unregister(conn, tags.schema_id)
+    assert materialized(conn, database_url, spark) == {notes.schema_id: "materialized"}
+    expected = reduce_corpus(corpus.pairs, {notes.schema_id})
+    assert pg_tables(conn, [notes.schema_id]) == engine_tables(expected)
+    assert pg_accounts(conn) == engine_accounts(expected)
+    assert [row.values["title"] for row in expected.tables[notes.schema_id].rows] == ["first"]
