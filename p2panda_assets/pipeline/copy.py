@@ -160,7 +160,10 @@ def copy_partitions(
         tallies: dict[str, Counter[str]] = {}
         waiting: dict[str, list[bytes]] = {}  # dest -> pickled rows
         more_waiting: list[list[Sequence[object]]] = [[] for _ in derived]
-        with psycopg.connect(url, autocommit=True) as conn:
+        # One transaction for the task: a task that fails leaves no rows, so the attempt
+        # Spark retries on a cluster does not write them twice. Each COPY in a savepoint
+        # of it: one destination fails alone.
+        with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
 
             def flush() -> None:
                 for dest, pickled in sorted(waiting.items()):
@@ -168,7 +171,9 @@ def copy_partitions(
                         continue
                     rows = map(pickle.loads, pickled)
                     try:
-                        written[dest] = written.get(dest, 0) + copy_rows(conn, targets[dest], rows)
+                        with conn.transaction():
+                            copied = copy_rows(conn, targets[dest], rows)
+                        written[dest] = written.get(dest, 0) + copied
                     except Exception as error:  # one destination fails, not the partition
                         errors[dest] = f"{type(error).__name__}: {error}".strip()
                 waiting.clear()
@@ -234,7 +239,8 @@ def copy_frame(frame: DataFrame, url: str, target: Target) -> int:
 
     def write(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         written = 0
-        with psycopg.connect(url, autocommit=True) as conn:
+        # One transaction a task, as in `copy_partitions`: a retried task writes once.
+        with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
             for batch in batches:
                 data = batch.to_pydict()
                 rows = zip(*(data[c] for c in columns), strict=True)

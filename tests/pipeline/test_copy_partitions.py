@@ -134,3 +134,40 @@ def test_rows_gathered_over_many_batches_are_all_written_and_a_late_failure_fail
     assert many == [(n,) for n in range(100)]
     every_n = conn.execute("SELECT n FROM p2panda.copy_all ORDER BY n").fetchall()
     assert every_n == [(n,) for n in range(121)]
+
+
+def test_a_task_that_fails_after_writing_leaves_no_rows(
+    spark: SparkSession, conn: psycopg.Connection, database_url: str, monkeypatch
+) -> None:
+    """A task's rows are one transaction: a task that fails after some of its rows were
+    written (here its derived rows fail on its last batch) leaves none of them, so the
+    attempt Spark retries on a cluster (`local[*]` does not retry) writes them once."""
+    monkeypatch.setattr(copy, "FLUSH_ROWS", 7)
+    conn.execute("CREATE TABLE p2panda.copy_undone (n bigint)")
+    conn.execute("CREATE TABLE p2panda.copy_undone_all (n bigint)")
+    targets = {"undone": Target("p2panda", "copy_undone", ("n",), ("int8",))}
+
+    def rows_failing_at_the_end(columns: Columns) -> list[tuple[int]]:
+        if 99 in columns["n"]:
+            raise RuntimeError("the worker dies")
+        return [(n,) for n in columns["n"]]
+
+    rows = [("undone", pickle.dumps((n,)), n) for n in range(100)]
+    frame = spark.createDataFrame(rows, "dest string, row binary, n long")
+    every = Target("p2panda", "copy_undone_all", ("n",), ("int8",))
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    batch_rows = spark.conf.get(key)
+    spark.conf.set(key, "4")
+    try:
+        with pytest.raises(Exception, match="the worker dies"):
+            copy_partitions(
+                frame.coalesce(1),
+                database_url,
+                targets,
+                derived=[Derived(every, rows_failing_at_the_end)],
+            )
+    finally:
+        spark.conf.set(key, batch_rows)
+
+    assert conn.execute("SELECT count(*) FROM p2panda.copy_undone").fetchone() == (0,)
+    assert conn.execute("SELECT count(*) FROM p2panda.copy_undone_all").fetchone() == (0,)
