@@ -9,6 +9,7 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
+from p2panda_assets.pipeline import groups
 from p2panda_assets.pipeline.groups import (
     U64_DECIMAL,
     Row,
@@ -69,3 +70,24 @@ def test_each_group_is_mapped_once_with_its_rows_in_order() -> None:
         {"log": b"a", "seqs": [Decimal(1), Decimal(2), Decimal(MAX_U64)]},
         {"log": b"b", "seqs": [Decimal(1), Decimal(2), Decimal(3)]},
     ]
+
+
+def test_output_batches_are_cut_by_rows_or_by_bytes_after_a_group(monkeypatch) -> None:
+    """A batch ends after the group that brings it to `OUTPUT_BATCH` rows or
+    `OUTPUT_BYTES` bytes of binary values: a binary column holds at most 2 GiB, which
+    4,096 reduced rows of 512 KiB blobs reach. Every row comes back, in order."""
+    small = [[{"name": f"s{g}.{i}", "seq": i, "payload": b"x"} for i in range(2)] for g in range(4)]
+    big = [[{"name": f"b{g}", "seq": g, "payload": b"y" * 100}] for g in range(4)]
+    none = [[{"name": "n", "seq": None, "payload": None}]]
+
+    def cut(mapped: list[list[Row]], rows: int, size: int) -> list[int]:
+        monkeypatch.setattr(groups, "OUTPUT_BATCH", rows)
+        monkeypatch.setattr(groups, "OUTPUT_BYTES", size)
+        batches = list(groups.output_batches(mapped, SCHEMA))
+        back = [row for batch in batches for row in python_rows(batch)]
+        assert back == [row for group in mapped for row in group]
+        return [batch.num_rows for batch in batches]
+
+    assert cut(small, 5, 10**9) == [6, 2]  # by rows: three groups of two, then one
+    assert cut([*big, *none], 100, 250) == [3, 2]  # by bytes: 300 of them, then the rest
+    assert cut([*small, *none], 100, 250) == [9]  # neither
