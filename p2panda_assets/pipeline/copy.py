@@ -160,8 +160,9 @@ def copy_partitions(
         tallies: dict[str, Counter[str]] = {}
         waiting: dict[str, list[bytes]] = {}  # dest -> pickled rows
         more_waiting: list[list[Sequence[object]]] = [[] for _ in derived]
-        # One transaction for the task: a task that fails leaves no rows, so the attempt
-        # Spark retries on a cluster does not write them twice. Each COPY in a savepoint
+        # One transaction for the task: a task that fails while it writes leaves no rows,
+        # so the attempt Spark retries on a cluster does not write them twice (one that
+        # fails after its commit, its result lost, still would). Each COPY in a savepoint
         # of it: one destination fails alone.
         with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
 
@@ -239,7 +240,8 @@ def copy_frame(frame: DataFrame, url: str, target: Target) -> int:
 
     def write(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         written = 0
-        # One transaction a task, as in `copy_partitions`: a retried task writes once.
+        # One transaction a task, as in `copy_partitions`: a task failing as it writes
+        # leaves nothing for its retry to write twice.
         with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
             for batch in batches:
                 data = batch.to_pydict()

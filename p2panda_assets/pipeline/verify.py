@@ -301,7 +301,7 @@ def _verify_in_spark(
         with (
             psycopg.connect(url, autocommit=True) as conn,
             psycopg.connect(url, autocommit=True) as out,
-            out.transaction(),  # a task that fails leaves no side rows: a retry adds them once
+            out.transaction(),  # a task failing as it works leaves no side rows to its retry
         ):
             for batch in batches:
                 for task in cast(list[int], batch.column("id").to_pylist()):
