@@ -156,7 +156,7 @@ def _materialize(
             if as_of is None:
                 tables.record_status(conn, outcome)
         elif built_from.get(schema_id) == index.fingerprint and _cascades_unchanged(
-            conn, catalog, previous.get(schema_id), schema_id
+            conn, catalog, previous.get(schema_id), schema_id, ready
         ):
             outcome.status = BuildStatus.UNCHANGED
         else:
@@ -177,19 +177,29 @@ def _materialize(
         # Before the rest: a whole build may cascade from their deleted sets.
         increments = [outcomes[s] for s in ready if s in plan.increments]
         whole += _build_increments(spark, conn, url, index, catalog, increments, plan, deleted_anew)
-    if whole:
+    if whole:  # upstream first, as the cascades and the swap's build states read them
+        built = {o.schema_id for o in whole}
+        whole = [outcomes[s] for s in ready if s in built]
         _build(spark, conn, url, index, catalog, whole, None, plan.states)
     return [outcomes[s] for s in schema_ids]
 
 
 def _cascades_unchanged(
-    conn: psycopg.Connection, catalog: Catalog, was: BuildState | None, schema_id: str
+    conn: psycopg.Connection,
+    catalog: Catalog,
+    was: BuildState | None,
+    schema_id: str,
+    built_before: list[str],
 ) -> bool:
     """Whether a table built from the current index is still what a build would give:
-    the deleted sets its cascades read are those it was written with (a run that built
-    their schema alone may have changed them since). A table without a recorded state
-    (dropped, or built by an earlier release) is taken as it is, as before."""
-    return was is None or same_deleted_sets(conn, was, cascade_sources(catalog, schema_id))
+    no schema its cascades read is built earlier in this run (`built_before`), and their
+    deleted sets are those it was written with (a run that built one of them alone may
+    have changed them since). A table without a recorded state (dropped, or built before
+    states were recorded) is taken as it is, as before."""
+    sources = cascade_sources(catalog, schema_id)
+    if any(source in built_before for source in sources):
+        return False
+    return was is None or same_deleted_sets(conn, was, sources)
 
 
 def _outcome(catalog: Catalog, order: BuildOrder, schema_id: str, as_of: int | None) -> Outcome:

@@ -429,6 +429,64 @@ def test_a_growing_store_with_cascades_equals_the_engine(spark, session_database
     event(f"incremental builds in the second run: {sum(o.incremental for o in outcomes.values())}")
 
 
+def test_a_table_whose_upstream_is_built_in_the_same_run_is_not_taken_as_unchanged(
+    spark, session_database
+):
+    """The profiles are built alone before the orgs take in their delete, then the orgs,
+    then the mails (which read the profiles' set as it was). A run of all three: the
+    profiles are built again (the orgs' set changed) and delete the closed org's profile
+    by cascade; the mails, built from the same index, must not be taken as unchanged."""
+    corpus, (org, profile, mail), orgs, _, closed, _ = orgs_profiles_and_mails(2, 1)
+    early = len(corpus.pairs)
+    orgs.delete(closed)
+    schema_ids = [org.schema_id, profile.schema_id, mail.schema_id]
+    url = session_database
+    with empty_store(url) as conn:
+        ingest(conn, corpus.pairs[:early])
+        for schema_id in schema_ids:
+            register(conn, *parse_schema_id(schema_id), None)
+        run_pipeline(spark, conn, url)
+        ingest(conn, corpus.pairs[early:])
+        for schema_id in (profile.schema_id, org.schema_id, mail.schema_id):
+            build_alone(spark, conn, url, schema_id)
+        run_pipeline(spark, conn, url)
+        assert_equals_the_engine(conn, corpus.pairs, schema_ids)
+
+
+def test_a_schema_built_whole_after_one_that_fell_back_from_an_increment_reads_its_set(
+    spark, session_database
+):
+    """The closed org's profile, and the mail to it, are deleted by cascade. Later the
+    profile moves to the open org (an increment that would bring a deleted row back:
+    built whole after all), another profile is deleted, and the mails migrate (built
+    whole, after the profiles they cascade from). The mails' build must read the
+    profiles' new deleted set: the mail to the moved profile is back, the one to the
+    deleted profile goes."""
+    corpus = CorpusBuilder()
+    owner = corpus.author(1)
+    org = owner.schema(1, "org")
+    org.migrate(create_field("name", "varchar", default=""))
+    profile = owner.schema(2, "profile")
+    profile.migrate(create_field("org", "relation", schema=org.log_ref, cascade=True))
+    mail = owner.schema(3, "mail")
+    mail.migrate(create_field("to", "relation", schema=profile.log_ref, cascade=True))
+    orgs, people, post = (instances(corpus.author(2), n) for n in (1, 2, 3))
+    closed, open_ = (orgs.create(org.ref(), name=n) for n in ("closed", "open"))
+    moving = people.create(profile.ref(), org=closed)
+    doomed = people.create(profile.ref(), org=open_)
+    post.create(mail.ref(), to=moving)
+    post.create(mail.ref(), to=doomed)
+    orgs.delete(closed)
+    early = len(corpus.pairs)
+    people.update(profile.ref(), moving, org=open_)
+    people.delete(doomed)
+    mail.migrate(create_field("subject", "text", default=""))
+    schema_ids = [org.schema_id, profile.schema_id, mail.schema_id]
+    outcomes, _ = run_in_two_parts(spark, session_database, corpus, early, schema_ids)
+    assert not outcomes[profile.schema_id].incremental
+    assert outcomes[mail.schema_id].rows == 1
+
+
 @st.composite
 def chain_deleted_later(draw: st.DrawFn) -> tuple[CorpusBuilder, list[str], int]:
     """Orgs, profiles whose `org` cascades, mails whose `to` cascades (as
