@@ -176,9 +176,10 @@ def test_a_description_postgresql_cannot_hold_is_shown_with_a_replacement(
     spark, database_url
 ) -> None:
     """A description is a CBOR text string, which may hold U+0000; a PostgreSQL text
-    value cannot. The schema is valid (SPEC section 2): it is built, and so is every
-    other schema, its registry row and its view's comment showing U+FFFD instead. (Its
-    registry row could not be written, and the build of the other schemas stopped.)"""
+    value cannot. The schema is valid (a description may be any text string): it is
+    built, and so is every other schema, its registry row and its view's comment showing
+    U+FFFD instead. (Its registry row could not be written, and the build of the other
+    schemas stopped.)"""
     built = CorpusBuilder()
     odd = built.author(1).schema(1, "odd")
     odd.meta("odd", description="nul\x00here")

@@ -1,10 +1,16 @@
 """Incremental builds write what a whole build writes: for random corpora ingested in
 two random parts (a run after each), every table, every account, the fallback counts
-and the row counts equal `reduce_corpus` of the whole corpus; and a run that only adds
-messages to schemas without cascade fields adds them without a whole build."""
+and the row counts equal `reduce_corpus` of the whole corpus; a run that only adds
+messages to schemas without cascade fields adds them without a whole build; and runs of
+one schema at a time (the sensors', a backfill of one partition), in any order, end
+where a whole build does."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -314,6 +320,21 @@ def test_rows_a_whole_build_brings_back_rebuild_their_schema_whole(spark, sessio
     assert outcomes[mail.schema_id].rows == 4
 
 
+@contextmanager
+def built_then_grown(
+    spark, url: str, pairs: list[tuple[bytes, bytes]], early: int, schema_ids: list[str]
+) -> Iterator[psycopg.Connection]:
+    """A store of the `early` first pairs, every one of `schema_ids` registered and
+    built, and then the other pairs ingested, not built yet."""
+    with empty_store(url) as conn:
+        ingest(conn, pairs[:early])
+        for schema_id in schema_ids:
+            register(conn, *parse_schema_id(schema_id), None)
+        run_pipeline(spark, conn, url)
+        ingest(conn, pairs[early:])
+        yield conn
+
+
 def build_alone(spark, conn, url: str, schema_id: str) -> Outcome:
     """One schema's run, as a sensor or a backfill of one partition launches it."""
     index = run_index(spark, conn, url)
@@ -337,12 +358,7 @@ def test_a_table_built_before_its_upstream_catches_up_is_built_again(spark, sess
     people.delete(panda)
     schema_ids = [profile.schema_id, mail.schema_id]
     url = session_database
-    with empty_store(url) as conn:
-        ingest(conn, corpus.pairs[:early])
-        for schema_id in schema_ids:
-            register(conn, *parse_schema_id(schema_id), None)
-        run_pipeline(spark, conn, url)
-        ingest(conn, corpus.pairs[early:])
+    with built_then_grown(spark, url, corpus.pairs, early, schema_ids) as conn:
         assert build_alone(spark, conn, url, mail.schema_id).rows == 5  # the profiles: behind
         assert build_alone(spark, conn, url, profile.schema_id).rows == 1
         again = build_alone(spark, conn, url, mail.schema_id)
@@ -359,12 +375,7 @@ def test_a_delete_two_relations_up_reaches_tables_built_a_schema_at_a_time(spark
     orgs.delete(closed)
     schema_ids = [org.schema_id, profile.schema_id, mail.schema_id]
     url = session_database
-    with empty_store(url) as conn:
-        ingest(conn, corpus.pairs[:early])
-        for schema_id in schema_ids:
-            register(conn, *parse_schema_id(schema_id), None)
-        run_pipeline(spark, conn, url)
-        ingest(conn, corpus.pairs[early:])
+    with built_then_grown(spark, url, corpus.pairs, early, schema_ids) as conn:
         for schema_id in schema_ids:
             build_alone(spark, conn, url, schema_id)
         assert_equals_the_engine(conn, corpus.pairs, schema_ids)
@@ -441,12 +452,7 @@ def test_a_table_whose_upstream_is_built_in_the_same_run_is_not_taken_as_unchang
     orgs.delete(closed)
     schema_ids = [org.schema_id, profile.schema_id, mail.schema_id]
     url = session_database
-    with empty_store(url) as conn:
-        ingest(conn, corpus.pairs[:early])
-        for schema_id in schema_ids:
-            register(conn, *parse_schema_id(schema_id), None)
-        run_pipeline(spark, conn, url)
-        ingest(conn, corpus.pairs[early:])
+    with built_then_grown(spark, url, corpus.pairs, early, schema_ids) as conn:
         for schema_id in (profile.schema_id, org.schema_id, mail.schema_id):
             build_alone(spark, conn, url, schema_id)
         run_pipeline(spark, conn, url)
@@ -531,12 +537,7 @@ def test_runs_of_one_schema_at_a_time_then_all_equal_the_engine(
     corpus, schema_ids, cut = chain
     alone = data.draw(st.permutations(schema_ids), label="built alone, in this order")
     url = session_database
-    with empty_store(url) as conn:
-        ingest(conn, corpus.pairs[:cut])
-        for schema_id in schema_ids:
-            register(conn, *parse_schema_id(schema_id), None)
-        run_pipeline(spark, conn, url)
-        ingest(conn, corpus.pairs[cut:])
+    with built_then_grown(spark, url, corpus.pairs, cut, schema_ids) as conn:
         for schema_id in alone:
             build_alone(spark, conn, url, schema_id)
         run_pipeline(spark, conn, url)
