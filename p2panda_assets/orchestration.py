@@ -23,7 +23,7 @@ from p2panda_assets.defs.partitions import BUILT_FROM
 from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.home import p2panda_home
 from p2panda_assets.store.database import DATABASE_URL_ENV, connect, database_url, ensure_schema
-from p2panda_assets.store.tables import built_fingerprints
+from p2panda_assets.store.tables import built_fingerprints, stale_cascades
 
 SCHEMAS = "schemas"
 JOB = "materialize_schema"
@@ -166,8 +166,11 @@ def up_to_date(
     every upstream schema is built too), and each partition's latest materialization of
     `materialized_table` saying so. The second keeps the UI true: a run killed after the
     build, before it reported, leaves the partition showing an older build, and the
-    next run reports this one."""
+    next run reports this one. A table whose cascades read a deleted set that a run of
+    its source changed since is not up to date either (`stale_cascades`)."""
     built = built_fingerprints(conn, schema_ids)
+    if stale_cascades(conn, schema_ids):
+        return False
     return all(built.get(s) == index and shown_built_from(instance, s) == index for s in schema_ids)
 
 

@@ -480,6 +480,17 @@ def build_states(conn: psycopg.Connection, schema_ids: Sequence[str]) -> dict[st
     return {schema_id: BuildState.from_json(state) for schema_id, state in rows}
 
 
+def stale_cascades(conn: psycopg.Connection, schema_ids: Sequence[str]) -> set[str]:
+    """Which of `schema_ids` have a table whose cascades read deleted sets that changed
+    since it was written (`BuildState.deleted`): a run that built the schema they
+    cascade from alone did that, and the table needs a build though no entry is new."""
+    return {
+        schema_id
+        for schema_id, state in build_states(conn, schema_ids).items()
+        if state.cascades_from and state.deleted != deleted_key(conn, state.cascades_from)
+    }
+
+
 def schemas_holding_messages(conn: psycopg.Connection, schema_ids: Sequence[str]) -> set[str]:
     """Which of `schema_ids` have instance messages held pending: a change anywhere in
     the catalog may release them, so their next build is a whole one."""

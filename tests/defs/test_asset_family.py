@@ -392,3 +392,33 @@ def test_panda_materialize_with_nothing_new_launches_no_run(
         assert latest_metadata(instance, "materialized_table", mail)["status"] == "materialized"
 
     assert materialize() == ([*lines, up_to_date], [])
+
+
+def test_a_table_left_behind_by_single_partition_runs_is_not_up_to_date(
+    spark: SparkSession,
+    store: psycopg.Connection,
+    relations: Relations,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Partitions materialized one at a time, as from the UI: the mails while the
+    profiles' table is behind (a profile's delete ingested, not built), then the
+    profiles. The mails' table still holds the mail to the deleted profile and no entry
+    is new: `panda materialize` must not call it up to date, and its run brings the
+    tables to the engine's."""
+    profile, mail = relations.schema_ids
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+    *older, newest = relations.pairs  # the newest: profile "panda" deleted, cascading to mail
+    ingest(store, older)
+    register_all(store, relations.schema_ids)
+    assert main(["materialize"]) == 0
+    ingest(store, [newest])
+    with dg.DagsterInstance.get() as instance:
+        run_partition(instance, mail)
+        run_partition(instance, profile)
+    capsys.readouterr()
+    assert main(["materialize"]) == 0
+    assert "up to date" not in capsys.readouterr().out
+    expected = reduce_corpus(relations.pairs, set(relations.schema_ids))
+    assert pg_tables(store, relations.schema_ids) == engine_tables(expected)

@@ -25,7 +25,7 @@ from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store.ingest import ingest
 from p2panda_assets.store.pipeline_state import pipeline_state
 from p2panda_assets.store.registry import register, table_name_for
-from p2panda_assets.store.tables import Outcome, registry_outcome
+from p2panda_assets.store.tables import Outcome, registry_outcome, stale_cascades
 from p2panda_assets.testing.builder import (
     Author,
     CorpusBuilder,
@@ -360,9 +360,12 @@ def test_a_table_built_before_its_upstream_catches_up_is_built_again(spark, sess
     url = session_database
     with built_then_grown(spark, url, corpus.pairs, early, schema_ids) as conn:
         assert build_alone(spark, conn, url, mail.schema_id).rows == 5  # the profiles: behind
+        assert stale_cascades(conn, schema_ids) == set()
         assert build_alone(spark, conn, url, profile.schema_id).rows == 1
+        assert stale_cascades(conn, schema_ids) == {mail.schema_id}  # `panda materialize` runs
         again = build_alone(spark, conn, url, mail.schema_id)
         assert (again.status, again.incremental, again.rows) == ("materialized", False, 2)
+        assert stale_cascades(conn, schema_ids) == set()
         assert_equals_the_engine(conn, corpus.pairs, schema_ids)
 
 
