@@ -207,7 +207,7 @@ def plan_builds(
         for s, was in previous.items()
         if was.lens == states[s].lens
         and was.digest == digests[s].before
-        and same_deleted_sets(conn, was, states[s].cascades_from)
+        and not tables.cascades_changed(conn, was, states[s].cascades_from)
         and s not in holding
         and digests[s].new <= NEW_SHARE * digests[s].total
         and tables.table_exists(conn, table_name_for(s))
@@ -225,15 +225,6 @@ def cascade_sources(catalog: Catalog, schema_id: str) -> tuple[str, ...]:
     return tuple(
         sorted(t for t in cascade_targets(catalog, schema_id) if t not in (None, schema_id))
     )
-
-
-def same_deleted_sets(conn: psycopg.Connection, was: BuildState, sources: tuple[str, ...]) -> bool:
-    """Whether the deleted sets of `sources`, which the table's cascades read, are as
-    they were when it was written. A build of their schema in another run (the sensors
-    build a schema at a time) may have changed them, and an increment reduces again only
-    the rows that new messages reach: a row pointing at an instance deleted since would
-    stay."""
-    return not sources or was.deleted == tables.deleted_key(conn, sources)
 
 
 def cascade_targets(catalog: Catalog, schema_id: str) -> set[str | None]:

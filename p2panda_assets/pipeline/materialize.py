@@ -56,7 +56,6 @@ from p2panda_assets.pipeline.increments import (
     new_keys,
     plan_builds,
     reached_rows,
-    same_deleted_sets,
     touched_messages,
 )
 from p2panda_assets.pipeline.index import IndexResult
@@ -199,7 +198,7 @@ def _cascades_unchanged(
     sources = cascade_sources(catalog, schema_id)
     if any(source in built_before for source in sources):
         return False
-    return was is None or same_deleted_sets(conn, was, sources)
+    return was is None or not tables.cascades_changed(conn, was, sources)
 
 
 def _outcome(catalog: Catalog, order: BuildOrder, schema_id: str, as_of: int | None) -> Outcome:

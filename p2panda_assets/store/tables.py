@@ -480,14 +480,23 @@ def build_states(conn: psycopg.Connection, schema_ids: Sequence[str]) -> dict[st
     return {schema_id: BuildState.from_json(state) for schema_id, state in rows}
 
 
+def cascades_changed(conn: psycopg.Connection, state: BuildState, sources: Sequence[str]) -> bool:
+    """Whether the deleted sets of `sources`, which a table's cascades read, differ from
+    those it was written with (`state.deleted`). A build of their schema in another run
+    (the sensors and the UI build a schema at a time) may have changed them, and an
+    increment reduces again only the rows that new messages reach: a row pointing at an
+    instance deleted since would stay."""
+    return bool(sources) and state.deleted != deleted_key(conn, sources)
+
+
 def stale_cascades(conn: psycopg.Connection, schema_ids: Sequence[str]) -> set[str]:
     """Which of `schema_ids` have a table whose cascades read deleted sets that changed
-    since it was written (`BuildState.deleted`): a run that built the schema they
-    cascade from alone did that, and the table needs a build though no entry is new."""
+    since it was written (`cascades_changed`): the table needs a build though no entry
+    is new."""
     return {
         schema_id
         for schema_id, state in build_states(conn, schema_ids).items()
-        if state.cascades_from and state.deleted != deleted_key(conn, state.cascades_from)
+        if cascades_changed(conn, state, state.cascades_from)
     }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import psycopg
 import pytest
@@ -29,6 +30,7 @@ from p2panda_assets.store.tables import Outcome, registry_outcome, stale_cascade
 from p2panda_assets.testing.builder import (
     Author,
     CorpusBuilder,
+    InstanceAuthor,
     SchemaAuthor,
     create_field,
     instances,
@@ -273,10 +275,19 @@ def test_a_schema_that_cascades_from_one_built_whole_adds_to_its_table_after_it(
     assert outcomes[mail.schema_id].rows == 3
 
 
-def orgs_profiles_and_mails(to_gone: int, to_kept: int):
-    """Orgs closed and open (author 2's log 1), a profile in each (log 2) whose `org`
-    cascades, and mails (log 3) whose `to` cascades: `to_gone` of them to the closed
-    org's profile, `to_kept` to the other."""
+@dataclass(frozen=True)
+class OrgChain:
+    """Orgs, profiles whose `org` cascades and mails whose `to` cascades (author 1's
+    schema logs 1-3), author 2's instance log of each, and two orgs in it."""
+
+    corpus: CorpusBuilder
+    schemas: tuple[SchemaAuthor, SchemaAuthor, SchemaAuthor]  # org, profile, mail
+    logs: tuple[InstanceAuthor, InstanceAuthor, InstanceAuthor]  # orgs, people, post
+    closed: bytes
+    open_: bytes
+
+
+def org_chain() -> OrgChain:
     corpus = CorpusBuilder()
     owner = corpus.author(1)
     org = owner.schema(1, "org")
@@ -287,10 +298,18 @@ def orgs_profiles_and_mails(to_gone: int, to_kept: int):
     mail.migrate(create_field("to", "relation", schema=profile.log_ref, cascade=True))
     orgs, people, post = (instances(corpus.author(2), n) for n in (1, 2, 3))
     closed, open_ = (orgs.create(org.ref(), name=n) for n in ("closed", "open"))
-    gone, kept = (people.create(profile.ref(), org=o) for o in (closed, open_))
+    return OrgChain(corpus, (org, profile, mail), (orgs, people, post), closed, open_)
+
+
+def orgs_profiles_and_mails(to_gone: int, to_kept: int):
+    """`org_chain`, a profile in each org, and mails: `to_gone` of them to the closed
+    org's profile, `to_kept` to the other."""
+    chain = org_chain()
+    (_, profile, mail), (orgs, people, post) = chain.schemas, chain.logs
+    gone, kept = (people.create(profile.ref(), org=o) for o in (chain.closed, chain.open_))
     for to in [gone] * to_gone + [kept] * to_kept:
         post.create(mail.ref(), to=to)
-    return corpus, (org, profile, mail), orgs, post, closed, kept
+    return chain.corpus, chain.schemas, orgs, post, chain.closed, kept
 
 
 def test_an_increment_reaches_rows_a_whole_build_before_it_deleted(spark, session_database):
@@ -369,21 +388,6 @@ def test_a_table_built_before_its_upstream_catches_up_is_built_again(spark, sess
         assert_equals_the_engine(conn, corpus.pairs, schema_ids)
 
 
-def test_a_delete_two_relations_up_reaches_tables_built_a_schema_at_a_time(spark, session_database):
-    """Org, profile, mail: each built alone after the org's delete, upstream first. The
-    profiles' increment deletes the closed org's profile by cascade; no message names
-    it, nor the mail that points at it."""
-    corpus, (org, profile, mail), orgs, _, closed, _ = orgs_profiles_and_mails(2, 1)
-    early = len(corpus.pairs)
-    orgs.delete(closed)
-    schema_ids = [org.schema_id, profile.schema_id, mail.schema_id]
-    url = session_database
-    with built_then_grown(spark, url, corpus.pairs, early, schema_ids) as conn:
-        for schema_id in schema_ids:
-            build_alone(spark, conn, url, schema_id)
-        assert_equals_the_engine(conn, corpus.pairs, schema_ids)
-
-
 @st.composite
 def growing_mail(draw: st.DrawFn) -> tuple[CorpusBuilder, list[str], int]:
     """Profiles and mails that cascade from them, written by a few authors (creates,
@@ -443,22 +447,31 @@ def test_a_growing_store_with_cascades_equals_the_engine(spark, session_database
     event(f"incremental builds in the second run: {sum(o.incremental for o in outcomes.values())}")
 
 
-def test_a_table_whose_upstream_is_built_in_the_same_run_is_not_taken_as_unchanged(
-    spark, session_database
+@pytest.mark.parametrize(
+    ("alone", "then_all"),
+    [(("org", "profile", "mail"), False), (("profile", "org", "mail"), True)],
+    ids=["upstream first", "profiles first, then a run of all"],
+)
+def test_a_delete_two_relations_up_reaches_tables_built_a_schema_at_a_time(
+    spark, session_database, alone, then_all
 ):
-    """The profiles are built alone before the orgs take in their delete, then the orgs,
-    then the mails (which read the profiles' set as it was). A run of all three: the
-    profiles are built again (the orgs' set changed) and delete the closed org's profile
-    by cascade; the mails, built from the same index, must not be taken as unchanged."""
+    """Org, profile, mail, each built alone after the org's delete. Upstream first: the
+    profiles' increment deletes the closed org's profile by cascade; no message names
+    it, nor the mail that points at it. Profiles first (they read the orgs' set as it
+    was), then the orgs, the mails, and a run of all three: the profiles are built again
+    (the orgs' set changed) and delete that profile; the mails, built from the same
+    index, must not be taken as unchanged."""
     corpus, (org, profile, mail), orgs, _, closed, _ = orgs_profiles_and_mails(2, 1)
     early = len(corpus.pairs)
     orgs.delete(closed)
     schema_ids = [org.schema_id, profile.schema_id, mail.schema_id]
+    by_name = {"org": org.schema_id, "profile": profile.schema_id, "mail": mail.schema_id}
     url = session_database
     with built_then_grown(spark, url, corpus.pairs, early, schema_ids) as conn:
-        for schema_id in (profile.schema_id, org.schema_id, mail.schema_id):
-            build_alone(spark, conn, url, schema_id)
-        run_pipeline(spark, conn, url)
+        for name in alone:
+            build_alone(spark, conn, url, by_name[name])
+        if then_all:
+            run_pipeline(spark, conn, url)
         assert_equals_the_engine(conn, corpus.pairs, schema_ids)
 
 
@@ -471,16 +484,9 @@ def test_a_schema_built_whole_after_one_that_fell_back_from_an_increment_reads_i
     whole, after the profiles they cascade from). The mails' build must read the
     profiles' new deleted set: the mail to the moved profile is back, the one to the
     deleted profile goes."""
-    corpus = CorpusBuilder()
-    owner = corpus.author(1)
-    org = owner.schema(1, "org")
-    org.migrate(create_field("name", "varchar", default=""))
-    profile = owner.schema(2, "profile")
-    profile.migrate(create_field("org", "relation", schema=org.log_ref, cascade=True))
-    mail = owner.schema(3, "mail")
-    mail.migrate(create_field("to", "relation", schema=profile.log_ref, cascade=True))
-    orgs, people, post = (instances(corpus.author(2), n) for n in (1, 2, 3))
-    closed, open_ = (orgs.create(org.ref(), name=n) for n in ("closed", "open"))
+    chain = org_chain()
+    corpus, (org, profile, mail), (orgs, people, post) = chain.corpus, chain.schemas, chain.logs
+    closed, open_ = chain.closed, chain.open_
     moving = people.create(profile.ref(), org=closed)
     doomed = people.create(profile.ref(), org=open_)
     post.create(mail.ref(), to=moving)
@@ -498,19 +504,11 @@ def test_a_schema_built_whole_after_one_that_fell_back_from_an_increment_reads_i
 
 @st.composite
 def chain_deleted_later(draw: st.DrawFn) -> tuple[CorpusBuilder, list[str], int]:
-    """Orgs, profiles whose `org` cascades, mails whose `to` cascades (as
-    `orgs_profiles_and_mails`), and where the newer part starts: after it, deletes along
-    the chain and a new mail, some of them."""
-    corpus = CorpusBuilder()
-    owner = corpus.author(1)
-    org = owner.schema(1, "org")
-    org.migrate(create_field("name", "varchar", default=""))
-    profile = owner.schema(2, "profile")
-    profile.migrate(create_field("org", "relation", schema=org.log_ref, cascade=True))
-    mail = owner.schema(3, "mail")
-    mail.migrate(create_field("to", "relation", schema=profile.log_ref, cascade=True))
-    orgs, people, post = (instances(corpus.author(2), n) for n in (1, 2, 3))
-    closed, open_ = (orgs.create(org.ref(), name=n) for n in ("closed", "open"))
+    """`org_chain`, a profile in each org, mails, and where the newer part starts:
+    after it, deletes along the chain and a new mail, some of them."""
+    chain = org_chain()
+    corpus, (org, profile, mail), (orgs, people, post) = chain.corpus, chain.schemas, chain.logs
+    closed, open_ = chain.closed, chain.open_
     gone, kept = (people.create(profile.ref(), org=o) for o in (closed, open_))
     for to in draw(st.lists(st.sampled_from([gone, kept]), max_size=4), label="mails"):
         post.create(mail.ref(), to=to)
