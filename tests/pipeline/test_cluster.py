@@ -42,9 +42,20 @@ class Cluster:
     scratch: Path
 
     def state(self) -> dict:
-        """The master's JSON status page (workers, active and completed applications)."""
+        """The master's JSON status page (workers, active and completed applications).
+
+        Spark's `WebUI.bind` opens the port before it adds the handlers, one at a time, and
+        the master's `/` page comes before `/json`: a request in between is answered 200
+        with the HTML page. That answer raises `NotServing`, which `wait_for` retries.
+        """
         with urllib.request.urlopen(f"{self.ui_url}/json/", timeout=5) as response:
+            if response.headers.get_content_subtype() != "json":  # Spark's is text/json
+                raise NotServing(f"/json/ answered {response.headers.get_content_type()}")
             return json.load(response)
+
+
+class NotServing(OSError):
+    """The master's UI is up but does not serve its JSON page yet."""
 
 
 def free_port() -> int:
