@@ -31,6 +31,9 @@ class Failpoint(StrEnum):
     INDEXED = "indexed"  # the chained messages are written, the index not yet committed
     STAGED = "staged"  # every table of the build is loaded into staging, none swapped
     SWAPPING = "swapping"  # inside a swap's transaction, the new table in place
+    # A Spark task's rows are committed, its result not yet given: the first attempt of
+    # each task that writes to PostgreSQL (`pipeline.once_per_task`) dies there.
+    TASK_COMMITTED = "task-committed"
 
 
 def failpoint(point: Failpoint) -> None:

@@ -9,15 +9,17 @@ A frame to copy has the columns `dest` (a key of `targets`) and `row` (the pickl
 those its tally and its derived rows read (`copy_partitions`). One partition writes its
 rows destination by destination over one connection; a COPY that fails fails only its
 destination, and the result says which, so one schema's bad row never stops the others.
+Its rows are written once, however often Spark runs its task (`once_per_task`).
 """
 
 from __future__ import annotations
 
 import json
 import pickle
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import psycopg
@@ -26,6 +28,12 @@ from psycopg import sql
 from pyspark.sql import DataFrame
 
 from p2panda_assets.pipeline.groups import arrow_schema
+from p2panda_assets.pipeline.once_per_task import (
+    batch_bytes,
+    batch_of,
+    job_ledger,
+    task_transaction,
+)
 from p2panda_assets.pipeline.spark import sized_for_the_driver
 from p2panda_assets.store.pipeline_state import Stage
 
@@ -43,6 +51,7 @@ RESULT_SPARK = "dest string, rows long, error string, tally string"
 RESULT_ARROW = arrow_schema(
     [("dest", pa.string()), ("rows", pa.int64()), ("error", pa.string()), ("tally", pa.string())]
 )
+COUNT_ARROW = arrow_schema([("rows", pa.int64())])
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,17 +163,23 @@ def copy_partitions(
     (`FLUSH_ROWS`, `FLUSH_BYTES`)."""
     flush_rows, flush_bytes = FLUSH_ROWS, FLUSH_BYTES  # the workers get them with `write`
 
-    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def write(batches: Iterator[pa.RecordBatch], ledger: Stage) -> Iterator[pa.RecordBatch]:
         written: dict[str, int] = {}
         errors: dict[str, str] = {}
         tallies: dict[str, Counter[str]] = {}
         waiting: dict[str, list[bytes]] = {}  # dest -> pickled rows
         more_waiting: list[list[Sequence[object]]] = [[] for _ in derived]
-        # One transaction for the task: a task that fails while it writes leaves no rows,
-        # so the attempt Spark retries on a cluster does not write them twice (one that
-        # fails after its commit, its result lost, still would). Each COPY in a savepoint
-        # of it: one destination fails alone.
-        with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
+        # One transaction for the task, once (`task_transaction`): whichever attempt of it
+        # Spark runs, its rows are written once. Each COPY in a savepoint of it: one
+        # destination fails alone.
+        with (
+            psycopg.connect(url, autocommit=True) as conn,
+            task_transaction(conn, ledger) as attempt,
+        ):
+            if attempt.recorded is not None:
+                deque(batches, maxlen=0)  # its input read all the same, as by any task
+                yield batch_of(attempt.recorded, RESULT_ARROW)
+                return
 
             def flush() -> None:
                 for dest, pickled in sorted(waiting.items()):
@@ -202,21 +217,25 @@ def copy_partitions(
                     flush()
                     count = size = 0
             flush()
-        dests = sorted(written.keys() | errors.keys() | tallies.keys())
-        yield pa.RecordBatch.from_pydict(
-            {
-                "dest": dests,
-                "rows": [written.get(d, 0) for d in dests],
-                "error": [errors.get(d) for d in dests],
-                "tally": [json.dumps(tallies.get(d, {})) for d in dests],
-            },
-            schema=RESULT_ARROW,
-        )
+            dests = sorted(written.keys() | errors.keys() | tallies.keys())
+            result = pa.RecordBatch.from_pydict(
+                {
+                    "dest": dests,
+                    "rows": [written.get(d, 0) for d in dests],
+                    "error": [errors.get(d) for d in dests],
+                    "tally": [json.dumps(tallies.get(d, {})) for d in dests],
+                },
+                schema=RESULT_ARROW,
+            )
+            attempt.result = batch_bytes(result)
+        yield result
 
     rows: dict[str, int] = {}
     errors: dict[str, str] = {}
     tallies: dict[str, dict[str, int]] = {}
-    for result in frame.mapInArrow(write, RESULT_SPARK).collect():
+    with job_ledger(url) as ledger:
+        results = frame.mapInArrow(partial(write, ledger=ledger), RESULT_SPARK).collect()
+    for result in results:
         dest = result["dest"]
         rows[dest] = rows.get(dest, 0) + result["rows"]
         if result["error"] is not None:
@@ -238,23 +257,31 @@ def copy_frame(frame: DataFrame, url: str, target: Target) -> int:
     a few hundred bytes a row at most."""
     columns = list(target.columns)
 
-    def write(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def write(batches: Iterable[pa.RecordBatch], ledger: Stage | None) -> Iterator[int]:
         written = 0
-        # One transaction a task, as in `copy_partitions`: a task failing as it writes
-        # leaves nothing for its retry to write twice.
-        with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
+        # Once a task, as in `copy_partitions`.
+        with (
+            psycopg.connect(url, autocommit=True) as conn,
+            task_transaction(conn, ledger) as attempt,
+        ):
+            if attempt.recorded is not None:
+                deque(batches, maxlen=0)
+                yield int(attempt.recorded)
+                return
             for batch in batches:
                 data = batch.to_pydict()
                 rows = zip(*(data[c] for c in columns), strict=True)
                 written += copy_rows(conn, target, rows)
-        yield pa.RecordBatch.from_pydict(
-            {"dest": [target.table], "rows": [written], "error": [None], "tally": ["{}"]},
-            schema=RESULT_ARROW,
-        )
+            attempt.result = str(written).encode()
+        yield written
+
+    def write_task(batches: Iterator[pa.RecordBatch], ledger: Stage) -> Iterator[pa.RecordBatch]:
+        for written in write(batches, ledger):
+            yield pa.RecordBatch.from_pydict({"rows": [written]}, schema=COUNT_ARROW)
 
     selected = frame.select(*columns)
     if sized_for_the_driver(frame.sparkSession):
-        results = [r for b in write(selected.toArrow().to_batches()) for r in b.to_pylist()]
-    else:
-        results = [r.asDict() for r in selected.mapInArrow(write, RESULT_SPARK).collect()]
+        return sum(write(selected.toArrow().to_batches(), None))
+    with job_ledger(url) as ledger:
+        results = selected.mapInArrow(partial(write_task, ledger=ledger), "rows long").collect()
     return sum(result["rows"] for result in results)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import cast
 
 import psycopg
@@ -32,6 +33,7 @@ from p2panda_assets.failpoints import Failpoint, failpoint
 from p2panda_assets.pipeline.copy import ACCOUNT_COLUMNS, Target, copy_rows
 from p2panda_assets.pipeline.groups import arrow_schema, record_batch
 from p2panda_assets.pipeline.local_frames import local_frame
+from p2panda_assets.pipeline.once_per_task import job_ledger, task_transaction
 from p2panda_assets.pipeline.packed import pack_message
 from p2panda_assets.pipeline.warehouse import Warehouse, children, exists, remove, warehouse_root
 from p2panda_assets.protocol.message_index import decoded_and_indexed
@@ -297,21 +299,26 @@ def _verify_in_spark(
     connection: no later job reads the batch again for it."""
     ranges = split_range(*bounds, verify_tasks(new, spark.sparkContext.defaultParallelism))
 
-    def read_and_verify(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def read_and_verify(
+        batches: Iterator[pa.RecordBatch], ledger: state_sql.Stage
+    ) -> Iterator[pa.RecordBatch]:
         with (
             psycopg.connect(url, autocommit=True) as conn,
             psycopg.connect(url, autocommit=True) as out,
-            out.transaction(),  # a task failing as it works leaves no side rows to its retry
+            task_transaction(out, ledger) as attempt,  # the side rows once, whatever retries
         ):
             for batch in batches:
                 for task in cast(list[int], batch.column("id").to_pylist()):
                     for rows in state_sql.read_new_entries(conn, *ranges[task]):
                         verified = verify_rows(rows)
-                        copy_side_rows(out, verified, index, accounts)
-                        yield verified
+                        if attempt.recorded is None:
+                            copy_side_rows(out, verified, index, accounts)
+                        yield verified  # each attempt's: Spark keeps one attempt's files
 
     tasks = spark.range(0, len(ranges), numPartitions=len(ranges))
-    tasks.mapInArrow(read_and_verify, VERIFIED_SPARK).write.mode("overwrite").parquet(path)
+    with job_ledger(url) as ledger:
+        verified = tasks.mapInArrow(partial(read_and_verify, ledger=ledger), VERIFIED_SPARK)
+        verified.write.mode("overwrite").parquet(path)
 
 
 def _verify_in_driver(

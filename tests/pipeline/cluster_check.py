@@ -17,6 +17,8 @@ import sys
 import time
 
 from p2panda_assets.engine.corpus import reduce_corpus
+from p2panda_assets.pipeline import spark as spark_settings
+from p2panda_assets.pipeline import verify
 from p2panda_assets.pipeline.run import run_pipeline
 from p2panda_assets.pipeline.spark import build_session, spark_config
 from p2panda_assets.protocol.ids import parse_schema_id
@@ -30,7 +32,8 @@ from tests.pipeline.compare import engine_accounts, engine_tables, pg_accounts, 
 def cluster_corpus() -> CorpusBuilder:
     """Three schemas: `profile` (a field added, then reverted away), `mail` relating to
     profile with cascade, `comment` relating to mail with cascade and to itself, so one
-    profile deletion cascades across two schemas and down a reply chain."""
+    profile deletion cascades across two schemas and down a reply chain; and an entry
+    whose signature only verification finds broken."""
     corpus = CorpusBuilder()
     owner = corpus.author(1)
     profile = owner.schema(20, "profile")
@@ -65,11 +68,23 @@ def cluster_corpus() -> CorpusBuilder:
     instances(bob, 3).create(comment.ref(3), text="reply to reply", parent=reply)
     instances(bob, 3).create(comment.ref(3), text="stays", on=to_sloth)
     instances(alice, 1).delete(panda, profile.ref(4))  # cascades: mail, comments, replies
+    instances(bob, 4).create(comment.ref(3), text="its signature broken")
+    entry, payload = corpus.pairs[-1]
+    corpus.pairs[-1] = (entry[:-1] + bytes([entry[-1] ^ 1]), payload)  # verification rejects it
     return corpus
+
+
+def take_the_paths_of_a_large_store() -> None:
+    """A cluster is for large stores: their paths, here on a small corpus. Entries are
+    verified and accounts copied by Spark tasks, which a cluster retries, and not in
+    the driver."""
+    verify.SMALL_BATCH = 0
+    spark_settings.SMALL_STORE_ENTRIES = 0
 
 
 def run(url: str, master: str) -> dict[str, object]:
     """Run and compare; the evidence that the cluster did the work, for the test."""
+    take_the_paths_of_a_large_store()
     corpus = cluster_corpus()
     expected = reduce_corpus(corpus.pairs)
     registered = sorted(expected.histories)

@@ -25,6 +25,8 @@ from pathlib import Path
 import pyspark
 import pytest
 
+from p2panda_assets.failpoints import FAILPOINT_ENV, Failpoint
+
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
 HOST = "127.0.0.1"
@@ -75,15 +77,18 @@ def spark_env(scratch: Path) -> dict[str, str]:
     }
 
 
-def start_daemon(args: list[str], log: Path, scratch: Path) -> subprocess.Popen:
-    """A Spark daemon in a process group of its own (so its executors die with it)."""
+def start_daemon(
+    args: list[str], log: Path, scratch: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen:
+    """A Spark daemon in a process group of its own (so its executors die with it);
+    `env` is added to its environment, and its executors'."""
     with log.open("wb") as out:
         return subprocess.Popen(
             [str(SPARK_HOME / "bin" / "spark-class"), *args],
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
-            env=spark_env(scratch),
+            env={**spark_env(scratch), **(env or {})},
             start_new_session=True,
         )
 
@@ -119,7 +124,8 @@ def wait_for(check: Callable[[], bool], what: str, timeout: float, logs: list[Pa
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    """A standalone master and one worker (1 core, 1 GiB) on 127.0.0.1."""
+    """A standalone master and one worker (1 core, 1 GiB) on 127.0.0.1, whose executors
+    have each writing task's first attempt die after its commit."""
     master_port, ui_port = free_port(), free_port()
     properties = tmp_path / "spark-defaults.conf"
     # The REST submission server would take the fixed port 6066: not needed here.
@@ -152,6 +158,9 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
                 ],
                 worker_log,
                 scratch,
+                # The first attempt of every task that writes to PostgreSQL dies after
+                # its commit: Spark runs it again, which must write nothing twice.
+                {FAILPOINT_ENV: Failpoint.TASK_COMMITTED},
             )
         )
         wait_for(
@@ -219,7 +228,10 @@ def test_the_pipeline_on_a_standalone_cluster_equals_the_engine(
     # run on executors, and there is no Maven to download it from.
     executor_dir = cluster.work_dir / evidence["app_id"]
     assert list(executor_dir.glob("*/postgresql.jar")), sorted(executor_dir.rglob("*"))
-    assert re.search(r"Running task", _executor_stderr(executor_dir))
+    stderr = _executor_stderr(executor_dir)
+    assert re.search(r"Running task \d+\.0 in stage", stderr)
+    # Tasks were run again after their first attempt died (`Failpoint.TASK_COMMITTED`).
+    assert re.search(r"Running task \d+\.1 in stage", stderr), stderr[-5000:]
 
 
 def _executor_stderr(app_dir: Path) -> str:
