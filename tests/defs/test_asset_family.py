@@ -253,18 +253,72 @@ def test_a_schema_whose_upstream_is_not_registered_waits_without_a_table(
         assert waits.metadata["status"].value == "pending"
         assert waits.metadata["table"].value == "none built"
         assert waits.metadata["pending"].value.startswith(str(Reason.AWAITING_SCHEMA))
-        (check,) = [
-            e
-            for e in result.get_asset_check_evaluations()
-            if e.check_name == "table_matches_the_current_lens"
-        ]
-        assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN
-        assert "is pending: awaiting-schema" in (check.description or "")
+        assert pending_warning(result).startswith("no table yet: the schema is pending")
         plan = latest_metadata(instance, "migration_plan", note.schema_id)
         assert plan["pending"].startswith(str(Reason.AWAITING_SCHEMA))
     status, message = registry_row(store, note.schema_id)
     assert status == "pending"
     assert message.startswith(str(Reason.AWAITING_SCHEMA)) and tag.schema_id in message
+
+
+def pending_warning(result: dg.ExecuteInProcessResult) -> str:
+    """The table check's evaluation in `result`: a warning that the schema is pending
+    (awaiting a schema); its description."""
+    (check,) = [
+        e
+        for e in result.get_asset_check_evaluations()
+        if e.check_name == "table_matches_the_current_lens"
+    ]
+    assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN
+    assert "the schema is pending: awaiting-schema" in (check.description or "")
+    return check.description or ""
+
+
+def test_a_schema_registered_before_its_log_arrives_waits(
+    spark: SparkSession, store: psycopg.Connection
+) -> None:
+    """Registering a schema whose log is not stored yet is allowed: its run succeeds,
+    the schema pending as not known. (The table check raised KeyError: a failed run, and
+    `panda materialize` exiting 1, for a schema that only waits.)"""
+    _, note, _ = orphan_corpus()
+    register_all(store, [note.schema_id])
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(SCHEMAS, [note.schema_id])
+        result = run_partition(instance, note.schema_id)
+        assert "is not known" in pending_warning(result)
+    status, message = registry_row(store, note.schema_id)
+    assert status == "pending" and "is not known" in message
+
+
+def test_a_built_schema_that_begins_to_wait_keeps_its_table_and_its_run_succeeds(
+    spark: SparkSession, store: psycopg.Connection
+) -> None:
+    """`note` is built at version 2; its version 3 relates to `tag`, not registered. The
+    run builds nothing for `note` and succeeds: its table stays as built, and the table
+    check warns that it is pending. (The check held the old table to the new lens and
+    failed the run.)"""
+    corpus = CorpusBuilder()
+    tag, note = corpus.author(4).schema(30, "tag"), corpus.author(4).schema(31, "note")
+    tag.migrate(create_field("label", "text"))
+    note.migrate(create_field("title", "text"))
+    instances(corpus.author(5), 1).create(note.ref(), title="kept")
+    ingest(store, corpus.pairs)
+    register_all(store, [note.schema_id])
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(SCHEMAS, [note.schema_id])
+        run_partition(instance, note.schema_id)
+        built = table_rows(store, note.schema_id)
+        assert len(built) == 1
+        note.migrate(create_field("tag", "relation", schema=tag.log_ref))
+        ingest(store, corpus.pairs[-1:])
+        result = run_partition(instance, note.schema_id)
+        warning = pending_warning(result)
+        assert warning.startswith("its table is the one built before, not checked")
+        assert latest_metadata(instance, "materialized_table", note.schema_id)["status"] == (
+            "pending"
+        )
+    assert table_rows(store, note.schema_id) == built
+    assert registry_row(store, note.schema_id)[0] == "pending"
 
 
 def status_table(output: str) -> dict[str, dict[str, str]]:
