@@ -27,6 +27,10 @@ def parse_line(text: str) -> tuple[bytes, bytes | None]:
         record = json.loads(text)
     except json.JSONDecodeError:
         raise P2pandaError(Reason.BAD_INPUT, "not a JSON object") from None
+    except RecursionError:  # arrays or objects nested thousands deep
+        raise P2pandaError(Reason.BAD_INPUT, "JSON nested too deeply") from None
+    except ValueError as error:  # well-formed, but not for Python (an integer of 4,301 digits)
+        raise P2pandaError(Reason.BAD_INPUT, f"JSON not read: {error}") from None
     if not isinstance(record, dict) or not isinstance(record.get("entry"), str):
         raise P2pandaError(Reason.BAD_INPUT, 'needs {"entry": HEX, "payload": HEX}')
     payload = record.get("payload")
@@ -36,6 +40,11 @@ def parse_line(text: str) -> tuple[bytes, bytes | None]:
         return bytes.fromhex(record["entry"]), None if payload is None else bytes.fromhex(payload)
     except ValueError:
         raise P2pandaError(Reason.BAD_HEX, "entry or payload is not hex") from None
+
+
+# Some Windows tools begin a UTF-8 file with a byte order mark; JSON readers may ignore it
+# (RFC 8259, section 8.1), and here it would cost the first line.
+UTF8_BOM = b"\xef\xbb\xbf"
 
 
 def read_entry_lines(paths: Iterable[str | Path]) -> Iterator[tuple[bytes, bytes | None] | BadLine]:
@@ -48,6 +57,8 @@ def read_entry_lines(paths: Iterable[str | Path]) -> Iterator[tuple[bytes, bytes
             raise P2pandaError(Reason.UNREADABLE_FILE, f"{path}: {error.strerror}") from None
         with file:
             for number, raw in enumerate(file, start=1):
+                if number == 1:
+                    raw = raw.removeprefix(UTF8_BOM)
                 if not raw.strip():
                     continue
                 try:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from p2panda_assets.cli.main import main
-from p2panda_assets.jsonlines import entry_line
+from p2panda_assets.jsonlines import UTF8_BOM, entry_line
 
 pytestmark = pytest.mark.postgres
 
@@ -35,6 +35,29 @@ def test_ingest_prints_counts_and_warns_about_bad_lines(
     ]
     code, out, _ = run(capsys, "ingest", str(first))
     assert (code, out) == (0, "accepted 0, duplicate 3, rejected 0\n")
+
+
+def test_json_python_cannot_read_is_a_bad_line_and_the_lines_beside_it_are_kept(
+    capsys, database_url: str, tmp_path: Path, pairs
+) -> None:
+    """Nesting too deep for Python's parser, and an integer longer than it converts,
+    are bad lines like any other (they raised out of the ingest, and the lines after
+    them were never read); a byte order mark costs the first line nothing."""
+    hostile = tmp_path / "hostile.jsonl"
+    lines = [
+        entry_line(*pairs[0]),
+        "[" * 100_000,
+        entry_line(*pairs[1]),
+        '{"entry": "00", "n": ' + "9" * 5_000 + "}",
+        entry_line(*pairs[2]),
+    ]
+    hostile.write_bytes(UTF8_BOM + "".join(line + "\n" for line in lines).encode())
+    code, out, err = run(capsys, "ingest", str(hostile))
+    assert code == 0
+    assert out == "accepted 3, duplicate 0, rejected 2\n"
+    deep, long = err.splitlines()
+    assert deep == f"warning: bad-input: {hostile}:2: JSON nested too deeply"
+    assert long.startswith(f"warning: bad-input: {hostile}:4: JSON not read: Exceeds the limit")
 
 
 def test_ingest_of_an_unreadable_file_stores_nothing(
