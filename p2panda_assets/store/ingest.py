@@ -62,7 +62,8 @@ CREATE TEMPORARY TABLE IF NOT EXISTS {_STAGING} (
 _COPY_STAGING = f"COPY {_STAGING} FROM STDIN"
 # Ordered by hash so that concurrent ingests of overlapping data cannot deadlock. A
 # replaced copy gets a fresh ingest_seq (it is news to the pipeline), and any accounting
-# of the bad copy is dropped: the entry now waits for verification like a new one.
+# of the bad copy is dropped: the entry now waits for verification like a new one. A copy
+# with a wrong payload replaces one too, if its verdict is the smaller (`smaller_verdict`).
 _MERGE = f"""
 WITH written AS (
     INSERT INTO p2panda.entries AS e
@@ -70,10 +71,15 @@ WITH written AS (
     SELECT hash, entry, payload, author, log_id, seq_num, verdict, verdict_message
     FROM {_STAGING} ORDER BY hash
     ON CONFLICT (hash) DO UPDATE SET
-        payload = EXCLUDED.payload, verdict = NULL, verdict_message = NULL,
+        payload = EXCLUDED.payload, verdict = EXCLUDED.verdict,
+        verdict_message = EXCLUDED.verdict_message,
         ingest_seq = nextval(pg_get_serial_sequence('p2panda.entries', 'ingest_seq')),
         received_at = now()
-    WHERE e.verdict = ANY(%(payload_verdicts)s) AND EXCLUDED.verdict IS NULL
+    WHERE e.verdict = ANY(%(payload_verdicts)s) AND (
+        EXCLUDED.verdict IS NULL
+        OR (EXCLUDED.verdict COLLATE "C", EXCLUDED.verdict_message COLLATE "C")
+            < (e.verdict COLLATE "C", e.verdict_message COLLATE "C")
+    )
     RETURNING e.hash, e.xmax = 0 AS inserted, e.verdict
 ), unaccounted AS (
     DELETE FROM p2panda.accounts
@@ -85,7 +91,7 @@ WITH written AS (
 SELECT
     count(*) FILTER (WHERE inserted AND verdict IS NULL),
     count(*) FILTER (WHERE inserted AND verdict IS NOT NULL),
-    count(*) FILTER (WHERE NOT inserted),
+    count(*) FILTER (WHERE NOT inserted AND verdict IS NULL),
     count(*) FILTER (WHERE inserted AND hash = ANY(%(first_bad)s))
 FROM written
 """
@@ -229,8 +235,9 @@ def check_entry(entry: bytes, payload: bytes | None) -> Row:
 
 def collapse_copies(rows: list[Row]) -> tuple[list[Row], set[bytes]]:
     """One row per entry hash: the first copy, or the first good one after a first copy
-    with a payload verdict. Also the hashes whose first copy was such a bad one (they
-    count as rejected and then accepted, if new to the store)."""
+    with a payload verdict, or else the copy with the `smaller_verdict`. Also the hashes
+    whose first copy was such a bad one, then a good one came (they count as rejected
+    and then accepted, if new to the store)."""
     kept: dict[bytes, Row] = {}
     first_bad: set[bytes] = set()
     for row in rows:
@@ -241,7 +248,17 @@ def collapse_copies(rows: list[Row]) -> tuple[list[Row], set[bytes]]:
         elif previous[6] in PAYLOAD_VERDICTS and row[6] is None:
             kept[hash_] = row
             first_bad.add(hash_)
+        elif previous[6] in PAYLOAD_VERDICTS and smaller_verdict(row, previous):
+            kept[hash_] = row
     return list(kept.values()), first_bad
+
+
+def smaller_verdict(row: Row, than: Row) -> bool:
+    """Of two copies of an entry with wrong payloads, the one whose (verdict, message)
+    sorts first is kept, as the engine keeps the smallest rejection: which the store
+    holds does not depend on the order the copies arrived in (`_MERGE` compares them
+    in the "C" collation, by code point as here)."""
+    return row[6] is not None and (row[6], row[7] or "") < (than[6] or "", than[7] or "")
 
 
 def _copy_line(row: Row) -> str:

@@ -10,6 +10,7 @@ import secrets
 import psycopg
 import pytest
 
+from p2panda_assets.engine.corpus import reduce_corpus
 from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.jsonlines import BadLine
 from p2panda_assets.protocol.entry import decode_entry
@@ -126,6 +127,29 @@ def test_a_bad_copy_stays_until_a_good_one_comes(conn, pairs: list[Pair]) -> Non
     assert ingest(conn, [(entry, None)]) == IngestCounts(0, 0, 1)
     assert ingest(conn, [(entry, b"also wrong")]) == IngestCounts(0, 1, 0)
     assert stored(conn, entry)[1] == Reason.MISSING_PAYLOAD
+
+
+@pytest.mark.parametrize("one_batch", [True, False])
+@pytest.mark.parametrize("missing_first", [True, False])
+def test_of_two_wrong_payloads_the_store_keeps_the_engines_verdict(
+    conn, pairs: list[Pair], one_batch: bool, missing_first: bool
+) -> None:
+    """A copy with no payload and one with a wrong payload of the right size: the engine
+    keeps the smaller rejection, so the store must too, in either order, in one batch
+    or two. (It kept the first copy: `payload-hash-mismatch` where the engine said
+    `missing-payload`.)"""
+    entry, payload = pairs[0]
+    wrong = bytes([payload[0] ^ 1]) + payload[1:]
+    copies = [(entry, None), (entry, wrong)]
+    if not missing_first:
+        copies.reverse()
+    batches = [copies] if one_batch else [[copy] for copy in copies]
+    for batch in batches:
+        ingest(conn, batch)
+    engine = reduce_corpus(copies).accounts[decode_entry(entry).hash]
+    assert engine.reason == Reason.MISSING_PAYLOAD
+    _, verdict, message, _ = stored(conn, entry)
+    assert (verdict, message) == (engine.reason, engine.message)
 
 
 @pytest.mark.parametrize("two_connections", [False, True])
