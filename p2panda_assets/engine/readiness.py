@@ -42,8 +42,14 @@ class Registered:
 
 
 def is_built(state: Registered | None) -> bool:
-    """Its last run built it: materialized, or dropped (no fields left)."""
-    return state is not None and state.status in BUILT
+    """Dependents can be built on it: its last run built it (materialized, or dropped: no
+    fields left), or failed and it keeps the table an earlier run built. The pipeline
+    builds them so (`store.tables.materialized_schemas`); the sensors must agree, or they
+    skip the dependents' new entries while the pipeline would build them."""
+    if state is None:
+        return False
+    kept_its_table = state.status == SchemaStatus.FAILED and state.materialized_at is not None
+    return state.status in BUILT or kept_its_table
 
 
 def built_after(upstream: Registered, built: datetime | None) -> bool:

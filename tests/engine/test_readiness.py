@@ -113,6 +113,19 @@ def test_a_dropped_upstream_counts_as_built() -> None:
     assert relations(profile=dropped, mail=registered()).ready(IDS["mail"])
 
 
+def test_a_failed_upstream_counts_as_built_while_it_keeps_an_earlier_table() -> None:
+    """As the pipeline has it (`store.tables.materialized_schemas`): a schema whose last
+    build failed keeps its table, and dependents are built on it. (The sensors took it
+    as unbuilt: new entries of mail rebuilt nothing, while the pipeline built mail.)"""
+    kept = Registered(SchemaStatus.FAILED, T0, at(1))
+    never = Registered(SchemaStatus.FAILED, T0, None)
+    assert is_built(kept) and not is_built(never)
+    rel = relations(profile=kept, mail=built(2))
+    assert rel.ready(IDS["mail"])
+    assert entries_scope(rel, IDS["mail"], own_log=False) is Scope.FAMILY
+    assert not relations(profile=never, mail=registered()).ready(IDS["mail"])
+
+
 def test_an_upstream_requested_earlier_in_the_same_tick_counts_as_built() -> None:
     rel = relations(profile=registered(), mail=registered())
     assert rel.ready(IDS["mail"], [IDS["profile"]])
