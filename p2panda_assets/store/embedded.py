@@ -246,11 +246,19 @@ def _log_tail(where: Layout, lines: int = 20) -> str:
         return "(no log)"
 
 
+# The ports a remembered port may be: not 0 (the kernel's pick, which the server refuses),
+# not a privileged one (as root the probe binds it, the server's own user cannot), and
+# not past 65535 (the probe raised OverflowError: every command failed as `internal`).
+REMEMBERED_PORTS = range(1024, 65536)
+
+
 def _remembered_port(where: Layout) -> int | None:
+    """The port of the port file, unless it is not one the server can take."""
     try:
-        return int(where.port_file.read_text().strip())
+        port = int(where.port_file.read_text().strip())
     except (FileNotFoundError, NotADirectoryError, ValueError):
         return None
+    return port if port in REMEMBERED_PORTS else None
 
 
 def _choose_port(where: Layout) -> int:

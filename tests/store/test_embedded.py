@@ -56,6 +56,21 @@ def test_a_restart_keeps_the_remembered_port(home: Path) -> None:
     assert ensure_embedded(home) == first
 
 
+@pytest.mark.parametrize("written", ["0", "80", "70000"])
+def test_a_port_file_naming_no_port_the_server_can_take_is_replaced(
+    home: Path, written: str
+) -> None:
+    """A port file edited by hand, or by another tool: 0 made every start fail (the
+    probe takes 0 as free), 70000 every command (OverflowError), 80 every start as root
+    (the probe, as root, binds it; the server's user cannot)."""
+    layout(home).port_file.parent.mkdir(parents=True)
+    layout(home).port_file.write_text(f"{written}\n")
+    port = port_of(ensure_embedded(home))
+    assert 1024 <= port <= 65535
+    assert layout(home).port_file.read_text().strip() == str(port)
+    stop_embedded(home)
+
+
 def test_a_restart_chooses_a_new_port_when_the_old_one_is_taken(home: Path) -> None:
     port = port_of(ensure_embedded(home))
     stop_embedded(home)
