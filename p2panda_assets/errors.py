@@ -77,6 +77,7 @@ class Reason(StrEnum):
     # --- command line and files ---------------------------------------------------
     BAD_HEX = "bad-hex"  # input that should be hex is not
     BAD_INPUT = "bad-input"  # a line or file that is not in the documented format
+    BAD_USAGE = "bad-usage"  # a command line `panda` does not take (an argument missing)
     UNREADABLE_FILE = "unreadable-file"  # a named file cannot be read
     UNWRITABLE_FILE = "unwritable-file"  # an output file cannot be written
     KEY_EXISTS = "key-exists"  # `panda key new` would overwrite a key

@@ -9,6 +9,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NoReturn
 
 from p2panda_assets.cli import (
     check_cmd,
@@ -76,8 +77,19 @@ class Options:
 _active: list[Options] = []  # the commands running in this process (`demo` runs others)
 
 
+class PandaParser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors (a missing or unknown argument) are one
+    `error: bad-usage: ...` line like every other error: argparse would print its usage
+    and exit 2. Subcommands' parsers are of this class too (argparse makes them so)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise P2pandaError(
+            Reason.BAD_USAGE, f"{self.prog}: {message} (`{self.prog} --help` shows its arguments)"
+        )
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = PandaParser(
         prog="panda",
         description=DESCRIPTION,
         epilog=EPILOG,
@@ -120,7 +132,11 @@ def _subcommands(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParse
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except P2pandaError as error:
+        print(f"error: {error.reason}: {error.message}", file=sys.stderr)
+        return EXIT_ERROR
     # A command another one runs (as `demo` does) keeps the outer command's flags.
     outer = _active[-1] if _active else Options(verbose=False, debug=False)
     debug = args.debug or outer.debug

@@ -188,6 +188,28 @@ def test_the_help_opens_with_what_the_tool_does(capsys) -> None:
         assert f"\n    {command}" in out
 
 
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["ingest"], "panda ingest: the following arguments are required: FILE"),
+        (["no-such-command"], "panda: argument COMMAND: invalid choice: 'no-such-command'"),
+        (["register", "abc"], "panda register: the following arguments are required: LOG_ID"),
+        (["ingest", "a.jsonl", "--no-such-flag"], "panda: unrecognized arguments: --no-such"),
+    ],
+)
+def test_a_command_line_panda_does_not_take_is_one_error_line(
+    capsys, argv: list[str], said: str
+) -> None:
+    """As every other error: `error: bad-usage: ...` on stderr, exit 1 (argparse printed
+    its usage and a line of its own, and exited 2)."""
+    assert main(argv) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    (line,) = err.splitlines()
+    assert line.startswith(f"error: bad-usage: {said}"), line
+    assert line.endswith("--help` shows its arguments)")
+
+
 # --- schemas named by name -------------------------------------------------------------
 
 
