@@ -26,7 +26,12 @@ import psycopg
 
 from p2panda_assets.engine.schema_log import SchemaHistory
 from p2panda_assets.errors import P2pandaError, Reason
-from p2panda_assets.protocol.ids import parse_schema_id
+from p2panda_assets.protocol.ids import (
+    MAX_U64,
+    format_schema_id,
+    parse_schema_id,
+    read_typed_schema_id,
+)
 from p2panda_assets.store.catalog import load_catalog
 from p2panda_assets.store.registry import RegistryRow, registered_schemas
 
@@ -132,17 +137,19 @@ def _named(rows: list[RegistryRow], schema: str) -> list[RegistryRow]:
 def schemas_named(schema: str, names: Mapping[str, str | None]) -> list[str]:
     """The schema ids `schema` names among `names` (schema id -> its name): itself if it
     is a schema id, else every schema of that name."""
-    if is_schema_id(schema):
-        return [schema_id for schema_id in names if schema_id == schema]
-    return [schema_id for schema_id, name in names.items() if name == schema]
+    schema_id = _schema_id_or_none(schema)
+    if schema_id is not None:
+        return [known for known in names if known == schema_id]
+    return [known for known, name in names.items() if name == schema]
 
 
 def resolve_schema_id(schema: str, names: Mapping[str, str | None], where: str) -> str:
     """The schema id a command's argument stands for: a schema id as it is (the command
     says if it knows none such), a name if exactly one schema in `names` has it (`where`
     says where they are, as in "is registered"); else `awaiting-schema` or `bad-input`."""
-    if is_schema_id(schema):
-        return schema
+    schema_id = _schema_id_or_none(schema)
+    if schema_id is not None:
+        return schema_id
     ids = schemas_named(schema, names)
     if not ids:
         raise P2pandaError(Reason.AWAITING_SCHEMA, f"no schema named {schema!r} {where}")
@@ -161,11 +168,13 @@ def is_schema_id(text: str) -> bool:
 
 
 def _schema_id_or_none(text: str) -> str | None:
-    try:
-        parse_schema_id(text)
-    except P2pandaError:
+    """The schema id `text` is, as a person may type it (hex digits in either case, a log
+    id with leading zeros: as `panda register` takes it), written as the registry writes
+    it; None if `text` is a name (a name has at most 64 characters: never a schema id)."""
+    typed = read_typed_schema_id(text)
+    if typed is None or typed[1] > MAX_U64:
         return None
-    return text
+    return format_schema_id(*typed)
 
 
 def _history(conn: psycopg.Connection, row: RegistryRow) -> SchemaHistory | None:

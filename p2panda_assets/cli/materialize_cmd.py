@@ -93,7 +93,8 @@ def resolve_schemas(arguments: list[str]) -> list[str]:
     from p2panda_assets.coordination import is_schema_id, resolve_schema_id
 
     if all(is_schema_id(argument) for argument in arguments):
-        return list(arguments)  # nothing to look up: no database needed for this
+        # Nothing to look up: no database needed for this.
+        return [resolve_schema_id(argument, {}, "is registered") for argument in arguments]
     from p2panda_assets.cli.store_cmd import open_store
     from p2panda_assets.store.registry import registered_schemas
 

@@ -251,6 +251,40 @@ def test_preview_refuses_a_name_two_schemas_share(capsys, tmp_path: Path) -> Non
     assert run(capsys, "preview", story, "--schema", ids[1])[1].count("by 2") == 1
 
 
+def typed(schema_id: str) -> str:
+    """`schema_id` as a person may type it, and `panda register` takes it: upper-case
+    hex, the log id with leading zeros."""
+    author, log_id = schema_id.rsplit("-", 1)
+    return f"{author.upper()}-00{log_id}"
+
+
+def test_every_command_reads_a_schema_id_as_panda_register_takes_it(capsys, tmp_path: Path) -> None:
+    """(`panda materialize`, `check`, `unregister` and `preview` took it for a name, and
+    answered that no schema of that name is registered.)"""
+    from p2panda_assets.cli.materialize_cmd import resolve_schemas
+
+    lines, (schema_id,) = note_corpus(1)
+    assert resolve_schemas([typed(schema_id)]) == [schema_id]
+    story = tmp_path / "story.jsonl"
+    story.write_text("".join(line + "\n" for line in lines))
+    by_id = run(capsys, "preview", story, "--schema", schema_id)
+    assert by_id[0] == 0
+    assert run(capsys, "preview", story, "--schema", typed(schema_id)) == by_id
+
+
+@pytest.mark.postgres
+def test_check_reads_a_typed_schema_id(capsys, conn) -> None:
+    from p2panda_assets.coordination import check
+    from p2panda_assets.store.registry import register
+
+    _, (schema_id,) = note_corpus(1)
+    author, log_id = schema_id.rsplit("-", 1)
+    register(conn, bytes.fromhex(author), int(log_id), None)
+    result = check(conn, typed(schema_id), 2)
+    assert result.schema_id == schema_id
+    assert result.message == f"{schema_id} is registered, not built"
+
+
 class Stop(Exception):
     """Raised by a stand-in for the Dagster run: the arguments are all the test needs."""
 
