@@ -135,9 +135,9 @@ def migration_plan(context: dg.AssetExecutionContext, postgres: PostgresResource
     step left it: schema logs are small, no Spark)."""
     schema_id = checked_schema_id(context.partition_key)
     with postgres.connect() as conn:
-        catalog = stored_catalog(conn)
-        name = name_the_run(context, conn, schema_id, catalog)
-    order = catalog.order()
+        plan = current_plan(conn, schema_id)
+        name = name_the_run(context, conn, schema_id, plan.catalog)
+    catalog, order = plan.catalog, plan.order
     history = catalog.histories.get(schema_id)
     metadata: dict[str, object] = {
         "schema_name": name,
@@ -170,19 +170,26 @@ def migration_plan(context: dg.AssetExecutionContext, postgres: PostgresResource
         why = catalog.not_built(schema_id, order)
         metadata["pending"] = f"{why.reason}: {why.message}"
     context.add_output_metadata(metadata)
-    return MigrationPlan(schema_id, catalog, order)
+    return plan
+
+
+def current_plan(conn: psycopg.Connection, schema_id: str) -> MigrationPlan:
+    """The plan of `schema_id` from the catalog as the last index step left it."""
+    catalog = stored_catalog(conn)
+    return MigrationPlan(schema_id, catalog, catalog.order())
 
 
 @dg.asset(
     partitions_def=schemas,
     group_name=GROUP,
-    deps=[decoded_messages],
+    # After the plan, not from it: the build reads the index itself (`last_index`), and
+    # a plan stored by an earlier run is not loaded for nothing.
+    deps=[decoded_messages, migration_plan],
     kinds={"spark", "postgres"},
     output_required=False,
 )
 def materialized_table(
     context: dg.AssetExecutionContext,
-    migration_plan: MigrationPlan,
     pyspark: PySparkResource,
     postgres: PostgresResource,
 ):
@@ -227,7 +234,7 @@ def materialized_table(
         raise dg.Failure(
             outcome.message, metadata={"reason": str(outcome.reason), "schema_name": name}
         )
-    history = migration_plan.catalog.histories[schema_id]
+    history = index.catalog.histories[schema_id]  # the lens the table was built at
     yield dg.MaterializeResult(
         metadata={
             "schema_name": name,
