@@ -208,7 +208,7 @@ def materialized_table(
         outcome = next(o for o in outcomes if o.schema_id == schema_id)
         if outcome.status is BuildStatus.UNCHANGED:
             outcome = registry_outcome(conn, schema_id)
-        name = shown_name_of(conn, schema_id) or schema_id
+        name = name_the_run(context, conn, schema_id, index.catalog)  # also a table-only run
         pending = outcome.status is BuildStatus.PENDING
         standing = pending and bool(outcome.table_name) and table_exists(conn, outcome.table_name)
     built = [o.schema_id for o in outcomes if o.status in BUILT]

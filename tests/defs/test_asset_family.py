@@ -347,6 +347,8 @@ def test_a_run_of_the_table_alone_builds_and_checks_the_lens_the_index_holds(
             raise_on_error=False,
         )
         assert result.success, [e.message for e in result.all_events if e.is_failure]
+        tags = result.dagster_run.tags  # found by the schema's name, as every run of it
+        assert (tags[SCHEMA_TAG], tags[VERSION_TAG]) == ("note", "3")
         checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
         lens_check = checks["table_matches_the_current_lens"]
         assert lens_check.passed, lens_check.description
