@@ -290,20 +290,22 @@ def test_a_schema_registered_before_its_log_arrives_waits(
     assert status == "pending" and "is not known" in message
 
 
+@pytest.mark.parametrize("tag_registered", [False, True])
 def test_a_built_schema_that_begins_to_wait_keeps_its_table_and_its_run_succeeds(
-    spark: SparkSession, store: psycopg.Connection
+    spark: SparkSession, store: psycopg.Connection, tag_registered: bool
 ) -> None:
-    """`note` is built at version 2; its version 3 relates to `tag`, not registered. The
-    run builds nothing for `note` and succeeds: its table stays as built, and the table
-    check warns that it is pending. (The check held the old table to the new lens and
-    failed the run.)"""
+    """`note` is built at version 2; its version 3 relates to `tag`, not registered, or
+    registered and not built (then `note` is in the build order, and waits all the
+    same). The run builds nothing for `note` and succeeds: its table stays as built, and
+    the table check warns that it is pending. (The check held the old table to the new
+    lens and failed the run.)"""
     corpus = CorpusBuilder()
     tag, note = corpus.author(4).schema(30, "tag"), corpus.author(4).schema(31, "note")
     tag.migrate(create_field("label", "text"))
     note.migrate(create_field("title", "text"))
     instances(corpus.author(5), 1).create(note.ref(), title="kept")
     ingest(store, corpus.pairs)
-    register_all(store, [note.schema_id])
+    register_all(store, [note.schema_id, *([tag.schema_id] if tag_registered else [])])
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(SCHEMAS, [note.schema_id])
         run_partition(instance, note.schema_id)

@@ -31,8 +31,10 @@ from p2panda_assets.engine.lens import FieldSpec
 from p2panda_assets.engine.schema_log import SchemaHistory
 from p2panda_assets.engine.validation import compile_validation, validates
 from p2panda_assets.engine.values import Value
+from p2panda_assets.errors import Pending
 from p2panda_assets.pipeline.columns import SPARK_TYPES, field_columns, pg_type
 from p2panda_assets.pipeline.jdbc import read_query
+from p2panda_assets.pipeline.materialize import why_pending
 from p2panda_assets.protocol.fieldtypes import VARCHAR_MAX_CHARS, BaseType, FieldType
 from p2panda_assets.protocol.ids import checked_schema_id
 from p2panda_assets.store.columns import (
@@ -199,14 +201,12 @@ def _system_column(
     return pa.Column(dtype, nullable=True, checks=[tally.not_null(column), *checks])
 
 
-def pending_result(
-    plan: MigrationPlan, has_table: bool, metadata: dict[str, Any]
-) -> dg.AssetCheckResult:
-    """A pending schema (its log not in the store, or waiting for an upstream) was not
-    built: its partition is materialized as pending, and its table, if it has one, is
-    the one an earlier run built, for an earlier lens. A warning that says so: a
-    blocking failure would fail the run, and a schema that waits is not an error."""
-    why = plan.catalog.not_built(plan.schema_id, plan.order)
+def pending_result(why: Pending, has_table: bool, metadata: dict[str, Any]) -> dg.AssetCheckResult:
+    """A pending schema (its log not in the store, or waiting for an upstream: the
+    pipeline's `why_pending`) was not built: its partition is materialized as pending,
+    and its table, if it has one, is the one an earlier run built, for an earlier lens.
+    A warning that says so: a blocking failure would fail the run, and a schema that
+    waits is not an error."""
     table = "its table is the one built before, not checked" if has_table else "no table yet"
     return dg.AssetCheckResult(
         passed=False,
@@ -280,9 +280,10 @@ def table_matches_the_current_lens(
         migration_plan = current_plan(conn, schema_id)
         declared = declared_columns(conn, table)
         name = shown_name_of(conn, schema_id) or schema_id
+        why = why_pending(conn, migration_plan.catalog, migration_plan.order, schema_id, set())
     named_schema = {"schema_name": name}
-    if schema_id not in migration_plan.order.order:
-        return pending_result(migration_plan, bool(declared), named_schema)
+    if why is not None:
+        return pending_result(why, bool(declared), named_schema)
     history = _history(migration_plan)
     if not history.lens:
         return dg.AssetCheckResult(
