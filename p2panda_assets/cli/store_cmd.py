@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from p2panda_assets.cli.entry_cmd import parse_hex
 from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.jsonlines import BadLine, read_entry_lines
+from p2panda_assets.protocol.ids import MAX_U64
 
 if TYPE_CHECKING:
     import psycopg
@@ -139,6 +140,8 @@ def run_register(args: argparse.Namespace) -> int:
 def _parse_log_id(text: str) -> int:
     if not text.isdecimal() or not text.isascii():
         raise P2pandaError(Reason.BAD_VALUE, f"LOG_ID must be a decimal integer, not {text!r}")
+    if len(text.lstrip("0")) > len(str(MAX_U64)):  # before int(): 4,301 digits it refuses
+        raise P2pandaError(Reason.BAD_VALUE, f"LOG_ID must be at most {MAX_U64}")
     return int(text)
 
 

@@ -14,8 +14,9 @@ AUTHOR_SIZE = 32  # bytes of an ed25519 public key
 MAX_U64 = 2**64 - 1  # log ids and seq nums are varu64
 AUTHOR_HEX = rf"[0-9a-f]{{{2 * AUTHOR_SIZE}}}"  # an author as a schema id spells it
 SCHEMA_ID = re.compile(rf"({AUTHOR_HEX})-(0|[1-9][0-9]{{0,19}})")
-# A schema id as a person may type it: hex digits in either case, leading zeros allowed.
-TYPED_SCHEMA_ID = re.compile(rf"({AUTHOR_HEX})-([0-9]+)", re.IGNORECASE)
+# A schema id as a person may type it: hex digits in either case, leading zeros allowed
+# (the digits after them at most 20, as 2^64 - 1 has: Python refuses to convert 4,301).
+TYPED_SCHEMA_ID = re.compile(rf"({AUTHOR_HEX})-0*([0-9]{{1,20}})", re.IGNORECASE)
 
 
 def format_schema_id(author: bytes, log_id: int) -> str:

@@ -270,6 +270,11 @@ def test_every_command_reads_a_schema_id_as_panda_register_takes_it(capsys, tmp_
     by_id = run(capsys, "preview", story, "--schema", schema_id)
     assert by_id[0] == 0
     assert run(capsys, "preview", story, "--schema", typed(schema_id)) == by_id
+    # Zeros before the log id are only zeros; 4,301 digits more are no id (int() refused).
+    author, log_id = schema_id.rsplit("-", 1)
+    assert resolve_schemas([f"{author}-{'0' * 5_000}{log_id}"]) == [schema_id]
+    code, _, err = run(capsys, "preview", story, "--schema", f"{author}-{'9' * 5_000}")
+    assert code == 1 and err.startswith("error: awaiting-schema: no schema named")
 
 
 @pytest.mark.postgres

@@ -98,6 +98,8 @@ def test_register_prints_schema_id_and_table(capsys, database_url: str) -> None:
         (("register", "abcd", "1"), "bad-value"),
         (("register", "ab" * 32, "-1"), "bad-value"),
         (("register", "ab" * 32, "1", "--name", ""), "bad-name"),
+        (("register", "ab" * 32, "18446744073709551616"), "bad-value"),  # 2^64
+        (("register", "ab" * 32, "9" * 5_000), "bad-value"),  # int() refused it: internal
     ],
 )
 def test_register_reports_bad_arguments(capsys, database_url: str, argv, reason: str) -> None:
