@@ -18,8 +18,8 @@ import pyarrow as pa
 from pyspark import TaskContext
 
 from p2panda_assets.failpoints import Failpoint, failpoint
-from p2panda_assets.store.pipeline_state import Stage, drop_tables
-from p2panda_assets.store.task_ledger import claim_task, create_ledger, record_task
+from p2panda_assets.store.pipeline_state import Stage
+from p2panda_assets.store.task_ledger import claim_task, create_ledger, drop_ledger, record_task
 
 
 @dataclass(slots=True)
@@ -38,7 +38,7 @@ def job_ledger(url: str) -> Iterator[Stage]:
         try:
             yield ledger
         finally:
-            drop_tables(conn, [ledger])
+            drop_ledger(conn, ledger)
 
 
 @contextmanager

@@ -17,6 +17,11 @@ from psycopg import sql
 
 from p2panda_assets.store.pipeline_state import Stage
 
+# How long the driver waits to drop a job's ledger. An attempt Spark no longer waits for
+# (on an executor that is lost, or cut off) may still hold its claim; the run goes on,
+# and the sweep of a later run's start drops the ledger (a `stage_*` table).
+DROP_WAIT = "5s"
+
 
 def create_ledger(conn: psycopg.Connection) -> Stage:
     """An empty ledger for one job's tasks (a `stage_*` table: a crashed run's is swept
@@ -54,3 +59,14 @@ def record_task(conn: psycopg.Connection, ledger: Stage, task: int, result: byte
         sql.SQL("UPDATE {} SET result = %s WHERE task = %s").format(ledger.identifier),
         (result, task),
     )
+
+
+def drop_ledger(conn: psycopg.Connection, ledger: Stage) -> None:
+    """Drop `ledger` after its job, unless a straggling attempt holds it past `DROP_WAIT`
+    (the driver holds the pipeline lock meanwhile: it must not wait on a lost host)."""
+    try:
+        with conn.transaction():
+            conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(DROP_WAIT)))
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ledger.identifier))
+    except psycopg.errors.LockNotAvailable:
+        pass

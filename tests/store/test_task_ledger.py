@@ -10,7 +10,9 @@ import time
 import psycopg
 import pytest
 
-from p2panda_assets.store.task_ledger import claim_task, create_ledger, record_task
+from p2panda_assets.store import task_ledger
+from p2panda_assets.store.pipeline_state import Stage
+from p2panda_assets.store.task_ledger import claim_task, create_ledger, drop_ledger, record_task
 
 pytestmark = pytest.mark.postgres
 
@@ -59,6 +61,26 @@ def test_an_attempt_alongside_waits_for_the_first_and_gets_its_result(
             assert not got
         alongside.join(timeout=30)
     assert got == [b"first"]
+
+
+def test_the_driver_does_not_wait_on_an_attempt_that_still_holds_the_ledger(
+    conn: psycopg.Connection, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An attempt on a lost executor may hold its claim for as long as TCP takes to
+    notice: the drop gives up after `DROP_WAIT` and leaves the ledger to the sweep."""
+    monkeypatch.setattr(task_ledger, "DROP_WAIT", "200ms")
+    ledger = create_ledger(conn)
+    with psycopg.connect(database_url, autocommit=True) as straggler, straggler.transaction():
+        claim_task(straggler, ledger, 0)
+        drop_ledger(conn, ledger)
+        assert exists(conn, ledger)
+    drop_ledger(conn, ledger)
+    assert not exists(conn, ledger)
+
+
+def exists(conn: psycopg.Connection, ledger: Stage) -> bool:
+    name = f"{ledger.schema}.{ledger.name}"
+    return conn.execute("SELECT to_regclass(%s) IS NOT NULL", (name,)).fetchone() == (True,)
 
 
 def wait_until_blocked(conn: psycopg.Connection, pid: int) -> None:
