@@ -83,9 +83,7 @@ class PandaParser(argparse.ArgumentParser):
     and exit 2. Subcommands' parsers are of this class too (argparse makes them so)."""
 
     def error(self, message: str) -> NoReturn:
-        raise P2pandaError(
-            Reason.BAD_USAGE, f"{self.prog}: {message} (`{self.prog} --help` shows its arguments)"
-        )
+        raise P2pandaError(Reason.BAD_USAGE, f"{self.prog}: {message} (--help lists the arguments)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -207,7 +207,7 @@ def test_a_command_line_panda_does_not_take_is_one_error_line(
     assert out == ""
     (line,) = err.splitlines()
     assert line.startswith(f"error: bad-usage: {said}"), line
-    assert line.endswith("--help` shows its arguments)")
+    assert line.endswith(" (--help lists the arguments)")
 
 
 # --- schemas named by name -------------------------------------------------------------
