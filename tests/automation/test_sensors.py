@@ -378,3 +378,23 @@ def test_revert_waits_while_its_schema_is_being_rebuilt(
     instance.report_run_canceled(run)
     result = tick(schema_revert_sensor, waiting.cursor)
     assert requested(result) == [graph.id("tag")]
+
+
+def test_revert_does_not_wait_for_a_queued_run_of_its_schema(
+    graph: Graph, conn, tick: Tick, instance
+) -> None:
+    """A queued run has not begun: the fan-out is queued after it and runs after it.
+    (It waited, and under steady ingest the entries sensor had queued a run for the
+    schema at every tick: the dependents were never rebuilt.)"""
+    baseline = tick(schema_revert_sensor, None)
+    graph.schemas["tag"].revert(1)
+    publish(conn, graph.fresh())
+    index_in_process(conn)
+    instance.add_run(
+        dg.DagsterRun(
+            job_name="materialize_schema",
+            status=dg.DagsterRunStatus.NOT_STARTED,  # as QUEUED (add_run needs an origin)
+            tags={"dagster/partition": graph.id("tag")},
+        )
+    )
+    assert requested(tick(schema_revert_sensor, baseline.cursor)) == [graph.id("tag")]

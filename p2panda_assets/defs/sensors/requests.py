@@ -30,7 +30,8 @@ PLAN_AND_TABLE = FAMILY[2:]
 SCOPES: dict[Scope, list[dg.AssetKey] | None] = {Scope.FAMILY: None, Scope.UP_TO_PLAN: UP_TO_PLAN}
 PARTITION_TAG = "dagster/partition"
 QUEUED = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED]  # not begun
-UNFINISHED = [*QUEUED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
+IN_PROGRESS = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
+UNFINISHED = [*QUEUED, *IN_PROGRESS]
 MAX_SKIP_CHARS = 2000
 
 
@@ -41,8 +42,12 @@ def load_relations(conn: psycopg.Connection) -> Relations:
 
 
 def busy_partitions(instance: dg.DagsterInstance) -> set[str]:
-    """Schemas with a run queued or in progress: what they will write is not known yet."""
-    runs = instance.get_runs(filters=dg.RunsFilter(statuses=UNFINISHED), limit=1000)
+    """Schemas with a run in progress: what it writes is not known yet. A queued run is
+    not waited for: what a sensor requests now is queued after it and runs after it, one
+    run at a time (`dagster.yaml`). Waiting for queued runs too starved the revert
+    fan-out and the registration builds under steady ingest: the entries sensor queues
+    a run for a schema with new entries at nearly every tick."""
+    runs = instance.get_runs(filters=dg.RunsFilter(statuses=IN_PROGRESS), limit=1000)
     return {run.tags[PARTITION_TAG] for run in runs if PARTITION_TAG in run.tags}
 
 
