@@ -77,13 +77,26 @@ def lock_views(conn: psycopg.Connection) -> None:
 
 
 def drop_views(conn: psycopg.Connection) -> None:
-    """Drop every view of `p2panda_api` (the registry's own; derived, so always rebuilt)."""
+    """Drop every view of `p2panda_api` (the registry's own; derived, so always rebuilt)
+    but those a user's object depends on: a computed column of PostGraphile or PostgREST
+    (a function of the view's row type), a view of their own on it. Such a view is kept
+    as it is (`create_views` leaves it): dropping it failed the whole transaction, and
+    with it every schema's swap, registration and unregistration. Only its own schema's
+    swap fails now, as for a user's view on the table, saying what depends on it."""
     lock_views(conn)
-    rows = conn.execute(
-        "SELECT viewname FROM pg_views WHERE schemaname = %s", (API_SCHEMA,)
-    ).fetchall()
-    for (view,) in rows:
-        conn.execute(sql.SQL("DROP VIEW IF EXISTS {}").format(sql.Identifier(API_SCHEMA, view)))
+    for view in _api_views(conn):
+        try:
+            with conn.transaction():
+                conn.execute(
+                    sql.SQL("DROP VIEW IF EXISTS {}").format(sql.Identifier(API_SCHEMA, view))
+                )
+        except psycopg.errors.DependentObjectsStillExist:
+            pass
+
+
+def _api_views(conn: psycopg.Connection) -> set[str]:
+    rows = conn.execute("SELECT viewname FROM pg_views WHERE schemaname = %s", (API_SCHEMA,))
+    return {view for (view,) in rows}
 
 
 def create_views(conn: psycopg.Connection) -> None:
@@ -92,13 +105,14 @@ def create_views(conn: psycopg.Connection) -> None:
     claims: dict[str, list[_Claim]] = defaultdict(list)
     for claim in _claims(conn):
         claims[claim.view].append(claim)
+    kept = _api_views(conn)  # what `drop_views` could not drop
     current: dict[str, tuple[str | None, str | None]] = {}  # schema -> (view, conflict)
     versions: list[tuple[str, int, str | None]] = []
     made: list[_Claim] = []
     for view, holders in sorted(claims.items()):
         conflict = _conflict(view, holders)
         for claim in holders:
-            if conflict is None and claim.built:
+            if conflict is None and claim.built and view not in kept:
                 _create_view(conn, claim)
                 made.append(claim)
             view_made = view if conflict is None and claim.built else None

@@ -32,9 +32,29 @@ def rows(conn: psycopg.Connection, schema_id: str) -> int:
     return conn.execute(query).fetchone()[0]
 
 
+# What a user builds on the product's relations, and how it goes: a view of their own on
+# the table, or a function of the API view's row type (a computed column of PostGraphile
+# or PostgREST: dropping the view it depends on failed every schema's swap).
+OBSTACLES = {
+    "a view on the table": (
+        "CREATE VIEW public.my_notes AS SELECT * FROM {table}",
+        "DROP VIEW public.my_notes",
+        "my_notes",
+    ),
+    "a computed column of the API view": (
+        "CREATE FUNCTION public.note_shout(n p2panda_api.note) RETURNS text"
+        " LANGUAGE sql STABLE AS 'SELECT upper(n.title)'",
+        "DROP FUNCTION public.note_shout(p2panda_api.note)",
+        "p2panda_api.note",
+    ),
+}
+
+
+@pytest.mark.parametrize("obstacle", sorted(OBSTACLES))
 def test_a_schema_whose_swap_fails_is_failed_and_the_others_are_built(
-    database_url, p2panda_home, tmp_path, capsys
+    database_url, p2panda_home, tmp_path, capsys, obstacle: str
 ) -> None:
+    create, drop, named = OBSTACLES[obstacle]
     panda = panda_runner(capsys)
     corpus = CorpusBuilder()
     notes = corpus.author(1).schema(1, "note")
@@ -59,17 +79,13 @@ def test_a_schema_whose_swap_fails_is_failed_and_the_others_are_built(
     ok(panda("ingest", write(tmp_path / "two.jsonl", corpus)))
     with psycopg.connect(database_url, autocommit=True) as conn:
         schema, table = table_name_for(notes.schema_id).split(".")
-        conn.execute(
-            sql.SQL("CREATE VIEW public.my_notes AS SELECT * FROM {}").format(
-                sql.Identifier(schema, table)
-            )
-        )
+        conn.execute(sql.SQL(create).format(table=sql.Identifier(schema, table)))
     code, out, err = panda("materialize")
     assert code == 1
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, err
     assert errors[0].startswith(f"error: internal: {notes.schema_id}: swap failed:")
-    assert "my_notes" in errors[0]  # PostgreSQL's own words: the view depends on the table
+    assert named in errors[0]  # PostgreSQL's own words: what depends on the table
     assert "Traceback" not in err
     assert tags.schema_id in out
     with psycopg.connect(database_url, autocommit=True) as conn:
@@ -86,7 +102,7 @@ def test_a_schema_whose_swap_fails_is_failed_and_the_others_are_built(
     assert f"failed {notes.schema_id}: internal: swap failed:" in shown
 
     with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute("DROP VIEW public.my_notes")
+        conn.execute(drop)
     ok(panda("materialize"))
     with psycopg.connect(database_url, autocommit=True) as conn:
         assert rows(conn, notes.schema_id) == 2
