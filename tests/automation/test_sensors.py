@@ -114,6 +114,45 @@ def test_dependent_is_requested_once_its_upstream_is_materialized(
     assert requested(tick(schema_registration_sensor, ready.cursor)) == []
 
 
+def queue_run(instance, schema_id: str, status: dg.DagsterRunStatus) -> dg.DagsterRun:
+    """A run of the schema's whole family: NOT_STARTED stands for QUEUED, which add_run
+    refuses without an origin."""
+    return instance.add_run(
+        dg.DagsterRun(
+            job_name="materialize_schema",
+            status=status,
+            tags={"dagster/partition": schema_id},
+        )
+    )
+
+
+def test_a_dependent_waits_for_its_own_queued_run_not_for_its_upstreams(
+    conn, tick: Tick, instance
+) -> None:
+    """profile is built and has a queued run (new entries, as at every tick under steady
+    ingest): mail, ready, is requested all the same, queued behind it. (It waited for
+    every queued run of its upstream, and under steady ingest for ever.) A queued run
+    of mail itself will build its table: no second request."""
+    graph = relation_graph()
+    publish(conn, graph.fresh())
+    register_schemas(conn, graph.id("profile"))
+    index_in_process(conn)
+    first = tick(schema_registration_sensor, None)
+    add_partitions(instance, first)
+    finish_runs(conn, graph.id("profile"))
+    register_schemas(conn, graph.id("mail"))
+    index_in_process(conn)
+    queue_run(instance, graph.id("profile"), dg.DagsterRunStatus.NOT_STARTED)
+    mine = queue_run(instance, graph.id("mail"), dg.DagsterRunStatus.NOT_STARTED)
+    waiting = tick(schema_registration_sensor, first.cursor)
+    assert requested(waiting) == []
+    assert f"{graph.id('mail')} waits for a run in progress or queued" in (
+        waiting.skip_reason.skip_message
+    )
+    instance.report_run_canceled(mine)
+    assert requested(tick(schema_registration_sensor, waiting.cursor)) == [graph.id("mail")]
+
+
 def test_relation_cycle_is_reported_on_its_schemas_and_never_requested(
     conn, tick: Tick, instance
 ) -> None:

@@ -42,11 +42,11 @@ def load_relations(conn: psycopg.Connection) -> Relations:
 
 
 def busy_partitions(instance: dg.DagsterInstance) -> set[str]:
-    """Schemas with a run in progress: what it writes is not known yet. A queued run is
-    not waited for: what a sensor requests now is queued after it and runs after it, one
-    run at a time (`dagster.yaml`). Waiting for queued runs too starved the revert
-    fan-out and the registration builds under steady ingest: the entries sensor queues
-    a run for a schema with new entries at nearly every tick."""
+    """Schemas with a run in progress: what it writes is not known yet. A queued run of
+    another schema is not waited for: what a sensor requests now is queued after it and
+    runs after it, one run at a time (`dagster.yaml`). Waiting for queued runs starved
+    the revert fan-out and the registration builds under steady ingest: the entries
+    sensor queues a run for a schema with new entries at nearly every tick."""
     runs = instance.get_runs(filters=dg.RunsFilter(statuses=IN_PROGRESS), limit=1000)
     return {run.tags[PARTITION_TAG] for run in runs if PARTITION_TAG in run.tags}
 
@@ -62,6 +62,12 @@ def queued_selections(instance: dg.DagsterInstance) -> dict[str, frozenset[dg.As
             selection = frozenset(run.asset_selection or FAMILY)
             selections[sid] = selections.get(sid, frozenset()) | selection
     return selections
+
+
+def table_queued(queued: dict[str, frozenset[dg.AssetKey]], schema_id: str) -> bool:
+    """A queued run will build the schema's table (`queued_selections`): a request for
+    it now would build it twice (a UI backfill queues a run for every partition)."""
+    return FAMILY[-1] in queued.get(schema_id, frozenset())
 
 
 def request(schema_id: str, run_key: str, assets: list[dg.AssetKey] | None = None) -> dg.RunRequest:
