@@ -186,12 +186,14 @@ def plan_builds(
     sums: LayerSums | None,
     batch: int,
     schema_ids: Sequence[str],
+    built: Mapping[str, BuildState],
 ) -> BuildPlan:
     """The build plan of `schema_ids`, from the index that covers batches up to `batch`
-    (`sums`: its `layer_sums`, None before the first entry)."""
+    (`sums`: its `layer_sums`, None before the first entry); `built`: the build states
+    their tables were written with (`tables.build_states`)."""
     if sums is None:
         return BuildPlan({}, {})
-    previous = tables.build_states(conn, schema_ids)
+    previous = {s: built[s] for s in schema_ids if s in built}
     digests = message_digests(
         sums, {s: previous[s].batch if s in previous else -1 for s in schema_ids}
     )

@@ -166,7 +166,7 @@ def _materialize(
         _build(spark, conn, url, index, catalog, [outcomes[s] for s in ready], as_of, {})
         return [outcomes[s] for s in schema_ids]
     sums = layer_sums(spark, conn, index.warehouse, index.layers) if index.layers else None
-    plan = plan_builds(conn, catalog, order, sums, index.batch, ready)
+    plan = plan_builds(conn, catalog, order, sums, index.batch, ready, previous)
     deleted_anew: set[bytes] = set()
     if plan.first:
         first = [outcomes[s] for s in ready if s in plan.first]

@@ -17,10 +17,9 @@ from p2panda_assets.defs.sensors.requests import (
     busy_partitions,
     load_relations,
     pipeline_sensor,
-    queued_selections,
+    queued_tables,
     request,
     skip_reason,
-    table_queued,
 )
 from p2panda_assets.engine.readiness import build_key
 from p2panda_assets.errors import Reason
@@ -46,8 +45,8 @@ def registration_tick(
     """One evaluation of the registration sensor; also the warnings to log."""
     partitions = _partitions(instance)
     busy = busy_partitions(instance)
-    queued = queued_selections(instance)
-    state = _state(conn, busy | {s for s in queued if table_queued(queued, s)}, partitions)
+    queued = queued_tables(instance)
+    state = _state(conn, busy | queued, partitions)
     new_ids = sorted(set(registry(conn)) - partitions)
     if state == cursor.state and not new_ids:
         return dg.SensorResult(skip_reason="nothing changed", cursor=cursor.dumps()), []
@@ -61,7 +60,7 @@ def registration_tick(
             if sid in pending and sid not in cycles:
                 notes.append(f"{sid} waits: {rel.why_pending(sid)}")
             continue
-        if busy & {sid, *rel.upstream(sid)} or table_queued(queued, sid):
+        if busy & {sid, *rel.upstream(sid)} or sid in queued:
             notes.append(f"{sid} waits for a run in progress or queued")
             if sid in cursor.pending:
                 pending.add(sid)  # still owed the build its wait ended with

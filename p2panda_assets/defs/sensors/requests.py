@@ -64,10 +64,10 @@ def queued_selections(instance: dg.DagsterInstance) -> dict[str, frozenset[dg.As
     return selections
 
 
-def table_queued(queued: dict[str, frozenset[dg.AssetKey]], schema_id: str) -> bool:
-    """A queued run will build the schema's table (`queued_selections`): a request for
-    it now would build it twice (a UI backfill queues a run for every partition)."""
-    return FAMILY[-1] in queued.get(schema_id, frozenset())
+def queued_tables(instance: dg.DagsterInstance) -> set[str]:
+    """Schemas whose table a queued run will build (`queued_selections`): a request for
+    one now would build it twice (a UI backfill queues a run for every partition)."""
+    return {s for s, assets in queued_selections(instance).items() if FAMILY[-1] in assets}
 
 
 def request(schema_id: str, run_key: str, assets: list[dg.AssetKey] | None = None) -> dg.RunRequest:
