@@ -28,32 +28,53 @@ def spark_master() -> str:
     return os.environ.get("SPARK_MASTER") or "local[*]"
 
 
-# Shuffle partitions per core of this host (local Spark's cores) unless
-# P2PANDA_SHUFFLE_PARTITIONS says otherwise. On 2 cores, 2 per core against 4
+# Shuffle partitions per core, for a store large enough to keep every core busy, unless
+# P2PANDA_SHUFFLE_PARTITIONS says how many. On 2 cores, 2 per core against 4
 # (bench/pipeline.py, the same day): 32.3 s against 35.6 s at 100k; 152.5 s against
 # 152.1-154.1 s at 1M, and its increment 22.5 s against 24.9-25.0 s. Every partition is
 # a task, and a run is many small jobs.
 PARTITIONS_PER_CORE = 2
 
 
-def most_shuffle_partitions() -> int:
-    cores = os.cpu_count() or 1
-    return int(os.environ.get("P2PANDA_SHUFFLE_PARTITIONS") or PARTITIONS_PER_CORE * cores)
+def parallel_partitions(cores: int | None = None) -> int:
+    """Partitions that keep `cores` busy (the session's, else this host's): the count a
+    mid-size store shuffles into; P2PANDA_SHUFFLE_PARTITIONS, if set."""
+    given = os.environ.get("P2PANDA_SHUFFLE_PARTITIONS")
+    return int(given) if given else PARTITIONS_PER_CORE * (cores or os.cpu_count() or 1)
 
 
 # A store of fewer verified entries than this per partition shuffles into fewer partitions.
 ENTRIES_PER_SHUFFLE_PARTITION = 10_000
 
+# No shuffle partition of a step holds more verified entries than this (the rows of a log
+# stay together, so a partition holds its share of whole logs). A task sorts, groups and
+# persists its partition, and the heap holds per task what grows with it: the bound is
+# what keeps a store of any size in the heap that 1M entries fit (docs/scale.md).
+ENTRIES_PER_PARTITION_ENV = "P2PANDA_ENTRIES_PER_PARTITION"
+ENTRIES_PER_PARTITION = 250_000
 
-def shuffle_partitions_for(entries: int) -> int:
-    """Partitions of every shuffle of a run on a store of `entries` verified entries: one
-    per `ENTRIES_PER_SHUFFLE_PARTITION`, at least one, at most P2PANDA_SHUFFLE_PARTITIONS.
-    Each partition is a task with a Python worker round trip; on a small store (the
-    sensors' usual run) eight of them cost more than the data (bench/latency.py: a run
-    of one new entry 5.0 s with 8, 3.0 s with 1). Spark's adaptive coalescing does not
-    merge them (the grouped and persisted frames keep their partitioning)."""
-    wanted = -(-entries // ENTRIES_PER_SHUFFLE_PARTITION)
-    return max(1, min(most_shuffle_partitions(), wanted))
+
+def entries_per_partition() -> int:
+    """The most verified entries one shuffle partition is sized for (`ENTRIES_PER_PARTITION`,
+    or P2PANDA_ENTRIES_PER_PARTITION)."""
+    return max(1, int(os.environ.get(ENTRIES_PER_PARTITION_ENV) or ENTRIES_PER_PARTITION))
+
+
+def shuffle_partitions_for(entries: int, cores: int | None = None) -> int:
+    """Partitions of every shuffle of a run on a store of `entries` verified entries, on
+    `cores` cores: enough that none holds more than `entries_per_partition()`, and for a
+    store below that, one per `ENTRIES_PER_SHUFFLE_PARTITION` up to `parallel_partitions`.
+
+    The second rule keeps a small store in few tasks: each partition is a task with a
+    Python worker round trip, and on a small store (the sensors' usual run) eight of them
+    cost more than the data (bench/latency.py: a run of one new entry 5.0 s with 8, 3.0 s
+    with 1). Spark's adaptive coalescing does not merge them (the grouped and persisted
+    frames keep their partitioning). The first grows the count with the store: a fixed
+    count made each partition grow instead, until one task's rows outgrew the heap (5M
+    entries in 4 partitions)."""
+    spread = min(parallel_partitions(cores), -(-entries // ENTRIES_PER_SHUFFLE_PARTITION))
+    bounded = -(-entries // entries_per_partition())
+    return max(1, spread, bounded)
 
 
 # The session setting that says how many verified entries the running step is sized for
@@ -66,8 +87,9 @@ SIZED_FOR_KEY = "spark.p2panda.sizedForEntries"
 SMALL_STORE_ENTRIES = ENTRIES_PER_SHUFFLE_PARTITION
 
 
-def step_settings(entries: int) -> dict[str, str]:
-    """The session settings of a step on a store of `entries` verified entries.
+def step_settings(entries: int, cores: int | None = None) -> dict[str, str]:
+    """The session settings of a step on a store of `entries` verified entries, on
+    `cores` cores (the session's; this host's if not given).
 
     Adaptive query execution re-plans a query at each shuffle and broadcast, stage by
     stage: what it gains (coalesced partitions, joins turned to broadcasts, split skew)
@@ -77,7 +99,7 @@ def step_settings(entries: int) -> dict[str, str]:
     100.7 and 102.1 s with it; in one warmed session (`bench/small_runs.py --pairs 2`)
     47.7 and 60.9 s against 61.3 and 60.8 s (2 cores, pairs in turn)."""
     settings = {
-        "spark.sql.shuffle.partitions": str(shuffle_partitions_for(entries)),
+        "spark.sql.shuffle.partitions": str(shuffle_partitions_for(entries, cores)),
         SIZED_FOR_KEY: str(entries),
     }
     if entries <= SMALL_STORE_ENTRIES:
@@ -88,8 +110,9 @@ def step_settings(entries: int) -> dict[str, str]:
 @contextmanager
 def sized_for_the_store(spark: SparkSession, entries: int) -> Iterator[None]:
     """Run the block with the `step_settings` for `entries` (settings of the session,
-    put back after: the resident worker's session outlives the run)."""
-    settings = step_settings(entries)
+    put back after: the resident worker's session outlives the run). Sized for the
+    session's cores: on a cluster, its executors', not the driver host's."""
+    settings = step_settings(entries, spark.sparkContext.defaultParallelism)
     before = {key: spark.conf.get(key, None) for key in settings}
     for key, value in settings.items():
         spark.conf.set(key, value)
@@ -129,7 +152,7 @@ def spark_config(master: str | None = None) -> dict[str, Any]:
         "spark.app.name": "p2panda-assets",
         "spark.jars": str(JDBC_JAR),
         "spark.sql.session.timeZone": "UTC",
-        "spark.sql.shuffle.partitions": str(most_shuffle_partitions()),
+        "spark.sql.shuffle.partitions": str(parallel_partitions()),
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         # Rows per Arrow batch between the JVM and the Python workers: a payload may be
         # 1 MiB, and the default of 10,000 rows would let one batch reach gigabytes.
