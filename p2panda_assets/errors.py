@@ -87,6 +87,7 @@ class Reason(StrEnum):
     DATABASE_UNAVAILABLE = "database-unavailable"  # the database cannot be started or reached
     INTERNAL = "internal"  # a failure of the product itself (a bug, or a refused write)
     BUSY = "busy"  # another run holds the pipeline lock for too long
+    OUT_OF_MEMORY = "out-of-memory"  # Spark's JVM ran out of heap (pipeline.jvm_failures)
     # --- pending: what an entry waits for -------------------------------------------
     AWAITING_ENTRY = "awaiting-entry"  # an earlier entry of its log has not arrived
     AWAITING_SCHEMA = "awaiting-schema"  # the schema (log) is not known or registered

@@ -59,6 +59,7 @@ from p2panda_assets.pipeline.increments import (
     touched_messages,
 )
 from p2panda_assets.pipeline.index import IndexResult
+from p2panda_assets.pipeline.jvm_failures import jvm_failures_explained
 from p2panda_assets.pipeline.layers import read_layers
 from p2panda_assets.pipeline.local_frames import local_frame
 from p2panda_assets.pipeline.reduction import (
@@ -102,12 +103,13 @@ def materialize_schemas(
     """Build the tables of `schema_ids` (registered schemas) in one Spark job, upstream
     first; one outcome per schema. Under the pipeline lock: builds and swaps of other
     processes wait for this one."""
-    hold_pipeline_lock(conn)
-    try:
-        with sized_for_the_store(spark, count_good_entries(conn)):
-            return _materialize(spark, conn, url, index, index.catalog, schema_ids, None)
-    finally:
-        release_pipeline_lock(conn)
+    with jvm_failures_explained(spark):
+        hold_pipeline_lock(conn)
+        try:
+            with sized_for_the_store(spark, count_good_entries(conn)):
+                return _materialize(spark, conn, url, index, index.catalog, schema_ids, None)
+        finally:
+            release_pipeline_lock(conn)
 
 
 def materialize_version(
@@ -120,12 +122,13 @@ def materialize_version(
     version: int,
 ) -> Outcome:
     """Build `schema_id` as it was at `version` (`catalog` holds its log cut there)."""
-    hold_pipeline_lock(conn)
-    try:
-        with sized_for_the_store(spark, count_good_entries(conn)):
-            return _materialize(spark, conn, url, index, catalog, [schema_id], version)[0]
-    finally:
-        release_pipeline_lock(conn)
+    with jvm_failures_explained(spark):
+        hold_pipeline_lock(conn)
+        try:
+            with sized_for_the_store(spark, count_good_entries(conn)):
+                return _materialize(spark, conn, url, index, catalog, [schema_id], version)[0]
+        finally:
+            release_pipeline_lock(conn)
 
 
 def _materialize(

@@ -1,0 +1,80 @@
+"""A Spark JVM that dies under a run, named for what it was and what to change.
+
+Spark ends its JVM with exit code 52 when a task runs out of heap (`SparkExitCode.OOM`;
+on `local[*]` the tasks share the driver's JVM). py4j then only says that its connection
+was refused, and the run failed as `internal` with no hint of the heap. The exit code is
+the precise signal: the run fails with `out-of-memory`, naming the two settings that
+decide what a task holds. The tables stay as they were: a build swaps nothing before
+every stage is loaded, and its stages are dropped by the database connection, which
+outlives the JVM.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from py4j.protocol import Py4JError, Py4JJavaError  # type: ignore[import-untyped]
+from pyspark.sql import SparkSession
+
+from p2panda_assets.errors import P2pandaError, Reason
+from p2panda_assets.pipeline.spark import (
+    DRIVER_MEMORY,
+    ENTRIES_PER_PARTITION_ENV,
+    entries_per_partition,
+)
+
+SPARK_OOM_EXIT = 52  # org.apache.spark.util.SparkExitCode.OOM
+EXIT_WAIT_SECONDS = 5.0  # the JVM's shutdown hooks run before it exits
+
+
+def jvm_exit_code(spark: SparkSession, wait: float = EXIT_WAIT_SECONDS) -> int | None:
+    """The exit code of the JVM this process launched for `spark`, once it has exited
+    (waiting up to `wait` seconds for it); None while it runs, or if another process
+    launched it (a JVM this process did not start cannot be asked)."""
+    gateway = spark.sparkContext._gateway
+    proc = getattr(gateway, "proc", None)
+    if proc is None:
+        return None
+    try:
+        return int(proc.wait(timeout=wait))
+    except Exception:  # still running: not a death of the JVM (subprocess.TimeoutExpired)
+        return None
+
+
+def out_of_memory_message() -> str:
+    heap = os.environ.get("P2PANDA_DRIVER_MEMORY", DRIVER_MEMORY)
+    return (
+        f"Spark's JVM ran out of heap (P2PANDA_DRIVER_MEMORY={heap}) with up to "
+        f"{entries_per_partition():,} entries a partition: set {ENTRIES_PER_PARTITION_ENV} "
+        "lower (more, smaller tasks), or P2PANDA_DRIVER_MEMORY higher; the tables are "
+        "kept as they were"
+    )
+
+
+def ran_out_of_memory(spark: SparkSession, error: BaseException) -> bool:
+    """Whether `error`, raised by a call into Spark, says its JVM ran out of heap: the
+    JVM's own error names it, or the JVM is gone with Spark's exit code for it. A JVM
+    that answered with another error is alive: its exit is not waited for."""
+    try:
+        text = str(error)
+    except Exception:  # a Py4JJavaError asks the JVM for its text, and the JVM is gone
+        text = ""
+    if "java.lang.OutOfMemoryError" in text:
+        return True
+    if isinstance(error, Py4JJavaError):
+        return False
+    return jvm_exit_code(spark) == SPARK_OOM_EXIT
+
+
+@contextmanager
+def jvm_failures_explained(spark: SparkSession) -> Iterator[None]:
+    """Run the block; if Spark's JVM ran out of heap under it, raise `out-of-memory`
+    instead of py4j's error. Any other failure passes unchanged."""
+    try:
+        yield
+    except (Py4JError, ConnectionError) as error:
+        if ran_out_of_memory(spark, error):
+            raise P2pandaError(Reason.OUT_OF_MEMORY, out_of_memory_message()) from error
+        raise
