@@ -11,7 +11,6 @@ outlives the JVM.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -20,9 +19,11 @@ from pyspark.sql import SparkSession
 
 from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.pipeline.spark import (
-    DRIVER_MEMORY,
+    DRIVER_MEMORY_ENV,
     ENTRIES_PER_PARTITION_ENV,
+    driver_memory,
     entries_per_partition,
+    spark_master,
 )
 
 SPARK_OOM_EXIT = 52  # org.apache.spark.util.SparkExitCode.OOM
@@ -43,13 +44,12 @@ def jvm_exit_code(spark: SparkSession, wait: float = EXIT_WAIT_SECONDS) -> int |
         return None
 
 
-def out_of_memory_message() -> str:
-    heap = os.environ.get("P2PANDA_DRIVER_MEMORY", DRIVER_MEMORY)
+def out_of_memory_message(master: str) -> str:
     return (
-        f"Spark's JVM ran out of heap (P2PANDA_DRIVER_MEMORY={heap}) with up to "
-        f"{entries_per_partition():,} entries a partition: set {ENTRIES_PER_PARTITION_ENV} "
-        "lower (more, smaller tasks), or P2PANDA_DRIVER_MEMORY higher; the tables are "
-        "kept as they were"
+        f"Spark's JVM ran out of heap ({DRIVER_MEMORY_ENV}={driver_memory(master)}) with up "
+        f"to {entries_per_partition():,} entries a partition: set {ENTRIES_PER_PARTITION_ENV} "
+        f"lower (more, smaller tasks), or {DRIVER_MEMORY_ENV} higher; the tables are kept "
+        "as they were"
     )
 
 
@@ -76,5 +76,6 @@ def jvm_failures_explained(spark: SparkSession) -> Iterator[None]:
         yield
     except (Py4JError, ConnectionError) as error:
         if ran_out_of_memory(spark, error):
-            raise P2pandaError(Reason.OUT_OF_MEMORY, out_of_memory_message()) from error
+            message = out_of_memory_message(spark.sparkContext.master or spark_master())
+            raise P2pandaError(Reason.OUT_OF_MEMORY, message) from error
         raise

@@ -133,10 +133,37 @@ def sized_for_the_driver(spark: SparkSession) -> bool:
 
 
 # The heap of the JVM that runs the driver and, on `local[*]`, the executors. 512m holds a
-# million entries as fast as 1g (bench/pipeline.py at 1M: 154.1 s against 151.9-154.1 s):
+# million entries as fast as 1g (bench/pipeline.py at 1M: 154.1 s against 151.9-154.1 s),
+# and with partitions of at most `ENTRIES_PER_PARTITION` five million too (docs/scale.md):
 # what is large is persisted to disk, not cached, and sorts spill. The JVM's resident size
-# is about the heap plus 0.6 GiB (metaspace, code, threads, direct buffers).
+# is about the heap plus 0.6 GiB (metaspace, code, threads, direct buffers). A local master
+# runs a task per core in that heap: it grows with the cores, not with the store.
 DRIVER_MEMORY = "512m"
+DRIVER_MEMORY_ENV = "P2PANDA_DRIVER_MEMORY"
+HEAP_MIB_PER_LOCAL_CORE = 256
+
+
+def local_cores(master: str) -> int:
+    """The cores a local master runs tasks on in the driver's JVM (`local`, `local[N]`,
+    `local[*]`, `local[N,F]`); 0 for a cluster's master, whose tasks run elsewhere."""
+    if master == "local":
+        return 1
+    if not master.startswith("local["):
+        return 0
+    given = master[len("local[") :].split(",")[0].rstrip("]")
+    return (os.cpu_count() or 1) if given == "*" else int(given)
+
+
+def driver_memory(master: str) -> str:
+    """The driver's heap: P2PANDA_DRIVER_MEMORY, else `HEAP_MIB_PER_LOCAL_CORE` for each
+    core a local master runs tasks on, never less than `DRIVER_MEMORY` (512m on 2 cores,
+    2g on 8; the rule the README states)."""
+    given = os.environ.get(DRIVER_MEMORY_ENV)
+    if given:
+        return given
+    return f"{max(512, HEAP_MIB_PER_LOCAL_CORE * local_cores(master))}m"
+
+
 ARROW_BATCH_BYTES = 64 * 2**20
 
 # More options for the driver JVM (on `local[*]` it runs the executors too), after the
@@ -162,7 +189,7 @@ def spark_config(master: str | None = None) -> dict[str, Any]:
         "spark.sql.execution.arrow.maxBytesPerBatch": str(ARROW_BATCH_BYTES),
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.driver.memory": os.environ.get("P2PANDA_DRIVER_MEMORY", DRIVER_MEMORY),
+        "spark.driver.memory": driver_memory(master or spark_master()),
         "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
         "spark.pyspark.python": sys.executable,
         "spark.driver.extraJavaOptions": driver_java_options(),

@@ -11,12 +11,14 @@ import pytest
 
 from p2panda_assets.pipeline.class_archive import ARCHIVE_ENV, OFF, QUIET
 from p2panda_assets.pipeline.spark import (
+    DRIVER_MEMORY_ENV,
     JAVA_OPTIONS_ENV,
     SHORT_RUN_JAVA_OPTIONS,
     SHORT_RUN_MAX_ENTRIES,
     SIZED_FOR_KEY,
     SMALL_STORE_ENTRIES,
     compiled_for_a_short_run,
+    driver_memory,
     spark_config,
     step_settings,
 )
@@ -86,3 +88,21 @@ def test_a_step_on_a_small_store_has_one_shuffle_partition_and_no_adaptive_plann
         "spark.sql.shuffle.partitions": "5",
         SIZED_FOR_KEY: str(4 * SMALL_STORE_ENTRIES + 1),
     }
+
+
+def test_the_heap_follows_the_cores_a_local_master_runs_tasks_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """256 MiB a core of a local master, never less than 512m; a cluster's driver runs no
+    task: 512m. P2PANDA_DRIVER_MEMORY says otherwise."""
+    monkeypatch.delenv(DRIVER_MEMORY_ENV, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    assert [driver_memory(m) for m in ("local", "local[2]", "local[*]", "local[3,4]")] == [
+        "512m",
+        "512m",
+        "2048m",
+        "768m",
+    ]
+    assert driver_memory("spark://master:7077") == "512m"
+    monkeypatch.setenv(DRIVER_MEMORY_ENV, "3g")
+    assert spark_config("local[*]")["spark.driver.memory"] == "3g"
