@@ -19,6 +19,7 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from p2panda_assets.pipeline.class_archive import archive_options
+from p2panda_assets.pipeline.driver_address import driver_address_settings
 from p2panda_assets.pipeline.groups import warm_casts
 
 JDBC_JAR = Path(os.environ.get("P2PANDA_JDBC_JAR", "/usr/share/java/postgresql.jar"))
@@ -194,6 +195,8 @@ def spark_config(master: str | None = None) -> dict[str, Any]:
         "spark.pyspark.python": sys.executable,
         "spark.driver.extraJavaOptions": driver_java_options(),
         "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
+        # Where executors on other hosts reach the driver (`driver_address`).
+        **driver_address_settings(master or spark_master()),
     }
 
 

@@ -16,6 +16,11 @@ import json
 import sys
 import time
 
+# As in the code server, whose code location imports the asset checks: pandera sets
+# SPARK_LOCAL_IP=127.0.0.1 on import when it is unset, which must not decide where
+# executors look for the driver (`driver_address`).
+import pandera.pyspark  # noqa: F401
+
 from p2panda_assets.engine.corpus import reduce_corpus
 from p2panda_assets.pipeline import spark as spark_settings
 from p2panda_assets.pipeline import verify
@@ -107,6 +112,8 @@ def run(url: str, master: str) -> dict[str, object]:
         executors = context._jsc.sc().getExecutorMemoryStatus().size() - 1  # type: ignore[union-attr]
         evidence: dict[str, object] = {
             "master": context.master,
+            "driver_host": context.getConf().get("spark.driver.host"),
+            "driver_bind_address": context.getConf().get("spark.driver.bindAddress"),
             "app_id": context.applicationId,
             "executors": executors,
             "schemas": len(registered),
