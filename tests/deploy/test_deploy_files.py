@@ -53,6 +53,8 @@ FAMILY = {"raw_entries", "decoded_messages", "migration_plan", "materialized_tab
 OFFICIAL_IMAGES = {"postgres:16"}
 # What the code reads from the environment (README, pipeline/spark.py).
 CODE_VARIABLES = ("P2PANDA_DATABASE_URL", "SPARK_MASTER", "DAGSTER_HOME", "P2PANDA_HOME")
+# Where Spark executors reach the driver (pipeline/driver_address.py): set wherever runs execute.
+DRIVER_HOST = "P2PANDA_SPARK_DRIVER_HOST"
 
 # The Compose Specification's top-level and service keys, from compose-spec.json as vendored
 # in check-jsonschema 0.39.0 (the whole compose file was validated against that schema once).
@@ -375,6 +377,16 @@ def test_the_spark_driver_and_the_workers_share_p2panda_home() -> None:
     assert len(sources) == 1
 
 
+def test_the_spark_driver_advertises_the_code_servers_service_name() -> None:
+    """Runs are the code server's subprocesses, so it is every run's Spark driver: executors
+    on the workers must reach it by its service name (Docker's DNS), not at their own
+    localhost, which is what the driver advertises when nothing sets its host."""
+    name, server = code_server()
+    assert environment(server).get(DRIVER_HOST) == name
+    sources = list((ROOT / "p2panda_assets").rglob("*.py"))
+    assert any(DRIVER_HOST in path.read_text() for path in sources), "the product reads it"
+
+
 def test_dagster_storage_directories_are_on_a_volume_the_webserver_shares() -> None:
     """Compute logs and asset outputs outlive the code server container, and the webserver
     reads the logs."""
@@ -458,6 +470,23 @@ def test_the_build_context_sends_what_the_dockerfile_copies() -> None:
     for source in dockerfile_copies():
         assert (ROOT / source).exists(), source
         assert source.rstrip("/") in allowed, source
+
+
+def test_the_classic_builder_ignores_what_buildkit_ignores() -> None:
+    """The classic builder (Docker without buildx) reads only `.dockerignore` at the root of
+    the build context, never Dockerfile.dockerignore: the same patterns there keep a real
+    checkout's .venv, .p2panda and .git out of the context it sends."""
+
+    def patterns(path: Path) -> list[str]:
+        lines = (line.strip() for line in path.read_text().splitlines())
+        return [line for line in lines if line and not line.startswith("#")]
+
+    for name, service in services().items():
+        if built_here(service):
+            context = (DEPLOY / service["build"]["context"]).resolve()
+            assert patterns(context / ".dockerignore") == patterns(
+                DEPLOY / "Dockerfile.dockerignore"
+            ), name
 
 
 def test_no_file_copied_into_the_image_is_a_symlink() -> None:
@@ -654,6 +683,16 @@ def test_the_database_url_comes_from_a_secret_not_from_the_values() -> None:
     plain = {item["name"] for item in deployment["env"]}
     assert "P2PANDA_DATABASE_URL" not in plain
     assert deployment["envSecrets"]
+    assert deployment["includeConfigInLaunchedRuns"]["enabled"] is True
+
+
+def test_the_code_server_and_every_run_pod_advertise_their_pod_ip_to_spark() -> None:
+    """Each run pod is a Spark driver: executors reach it at its own pod IP (the downward
+    API, read in each pod), and the chart passes this env list, valueFrom included, to
+    run pods (includeConfigInLaunchedRuns)."""
+    deployment = user_deployment()
+    [item] = [item for item in deployment["env"] if item["name"] == DRIVER_HOST]
+    assert item == {"name": DRIVER_HOST, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
     assert deployment["includeConfigInLaunchedRuns"]["enabled"] is True
 
 
