@@ -17,6 +17,7 @@ from pathlib import Path
 
 import dagster as dg
 import psycopg
+from dagster._utils.error import SerializableErrorInfo
 
 from p2panda_assets.dead_runs import fail_dead_runs, process_tags
 from p2panda_assets.defs.partitions import BUILT_FROM
@@ -238,6 +239,11 @@ def run_failure(result: dg.ExecuteInProcessResult, schema_id: str) -> Failed:
             return Failed(schema_id, reason, failure.description or "")
     for event in result.all_events:
         data = event.step_failure_data if event.is_step_failure else None
+        typed = typed_failure(data.error) if data is not None else None
+        if typed is not None:  # a `P2pandaError` the step raised (`busy`, `no-executors`, ...)
+            return Failed(schema_id, *typed)
+    for event in result.all_events:
+        data = event.step_failure_data if event.is_step_failure else None
         if data is not None and data.error is not None:
             error = data.error.cause or data.error
             text = error.message.strip().splitlines()[-1] if error.message.strip() else ""
@@ -246,3 +252,16 @@ def run_failure(result: dg.ExecuteInProcessResult, schema_id: str) -> Failed:
             return Failed(schema_id, Reason.INTERNAL, text or error.cls_name or "failed")
     failures = [e.message for e in result.all_events if e.is_failure and e.message]
     return Failed(schema_id, Reason.INTERNAL, "; ".join(failures) or "the run failed")
+
+
+def typed_failure(error: SerializableErrorInfo | None) -> tuple[Reason, str] | None:
+    """The reason and message of a `P2pandaError` in a step's error or the errors it
+    was raised from (its text: `p2panda_assets.errors.P2pandaError: <reason>: <message>`)."""
+    while error is not None:
+        if error.cls_name == P2pandaError.__name__:
+            text = error.message.strip().partition(f"{P2pandaError.__name__}: ")[2]
+            code, _, message = text.partition(": ")
+            if code in Reason._value2member_map_:
+                return Reason(code), message.strip()
+        error = error.cause or error.context
+    return None

@@ -34,6 +34,7 @@ from p2panda_assets.pipeline.columns import pg_type
 from p2panda_assets.pipeline.index import last_index, run_index
 from p2panda_assets.pipeline.layers import decoded_paths, read_schema_layers
 from p2panda_assets.pipeline.materialize import materialize_schemas
+from p2panda_assets.pipeline.watchdog import watched
 from p2panda_assets.protocol.ids import checked_schema_id
 from p2panda_assets.statuses import BUILT, BuildStatus
 from p2panda_assets.store.catalog import stored_catalog
@@ -113,7 +114,8 @@ def decoded_messages(
     if frame is None:
         return dg.MaterializeResult(metadata={"schema_name": name, "messages": 0})
     by_kind = frame.groupBy("kind").agg(F.count(F.lit(1)).alias("n"), F.count("error").alias("e"))
-    counted = by_kind.collect()  # one job: every Spark job costs ~0.1 s on the way to a row
+    with watched(pyspark.spark_session):
+        counted = by_kind.collect()  # one job: every Spark job costs ~0.1 s on the way to a row
     kinds = {r["kind"] or "undecodable": r["n"] for r in counted}
     errors = sum(r["e"] for r in counted)
     return dg.MaterializeResult(
@@ -202,9 +204,10 @@ def materialized_table(
     with postgres.connect() as conn:
         index = last_index(spark, conn)
         batch = [s for s in batch_of(context) if s in (index.catalog.registered or set())]
-        outcomes = materialize_schemas(
-            spark, conn, postgres.resolved_url(), index, sorted({schema_id, *batch})
-        )
+        with watched(spark, holder=conn):
+            outcomes = materialize_schemas(
+                spark, conn, postgres.resolved_url(), index, sorted({schema_id, *batch})
+            )
         outcome = next(o for o in outcomes if o.schema_id == schema_id)
         if outcome.status is BuildStatus.UNCHANGED:
             outcome = registry_outcome(conn, schema_id)

@@ -9,16 +9,28 @@ from contextlib import contextmanager
 import dagster as dg
 import psycopg
 from dagster_pyspark import PySparkResource
+from pydantic import PrivateAttr
 
 from p2panda_assets.pipeline.jdbc import Jdbc
 from p2panda_assets.pipeline.spark import spark_config, use_this_python
 from p2panda_assets.store.database import connect, database_url, ensure_schema, jdbc_options
+from p2panda_assets.store.pipeline_lock import label_session
+
+PARTITION_TAG = "dagster/partition"
 
 
 class PostgresResource(dg.ConfigurableResource):
     """The product's database: the entry store, the registry and the tables."""
 
     url: str | None = None  # None: P2PANDA_DATABASE_URL, else the embedded server
+    _run: tuple[str, str | None] | None = PrivateAttr(default=None)  # run id, schema id
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        """Remember the run and its partition (the schema): the connections say so, and
+        the pipeline lock they take tells whoever waits for it (`label_session`)."""
+        run = context.run
+        if run is not None:
+            self._run = (run.run_id, run.tags.get(PARTITION_TAG))
 
     def resolved_url(self) -> str:
         return self.url or database_url()
@@ -29,6 +41,8 @@ class PostgresResource(dg.ConfigurableResource):
         conn = connect(self.resolved_url(), autocommit=True)
         try:
             ensure_schema(conn)
+            if self._run is not None:
+                label_session(conn, *self._run)
             yield conn
         finally:
             conn.close()

@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.pipeline.index import run_index
 from p2panda_assets.pipeline.materialize import materialize_version
+from p2panda_assets.pipeline.watchdog import watched
 from p2panda_assets.protocol.ids import checked_schema_id
 from p2panda_assets.store.catalog import stored_catalog
 from p2panda_assets.store.tables import Outcome
@@ -40,4 +41,5 @@ def materialize_as_of(
         raise P2pandaError(
             Reason.REJECTED_VERSION, f"version {version} was rejected ({rejection.reason})"
         )
-    return materialize_version(spark, conn, url, index, catalog, schema_id, version)
+    with watched(spark, holder=conn):
+        return materialize_version(spark, conn, url, index, catalog, schema_id, version)

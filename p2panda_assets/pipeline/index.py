@@ -73,6 +73,7 @@ from p2panda_assets.pipeline.verify import (
     verify_new_entries,
 )
 from p2panda_assets.pipeline.warehouse import NO_SCHEMA, Warehouse, remove
+from p2panda_assets.pipeline.watchdog import watched
 from p2panda_assets.protocol.log import LogTip, anchors_for
 from p2panda_assets.statuses import Assignment as LogAssignment
 from p2panda_assets.store import pipeline_state as state_sql
@@ -111,15 +112,16 @@ class IndexResult:
 
 def run_index(spark: SparkSession, conn: psycopg.Connection, url: str) -> IndexResult:
     """The whole index step, under an advisory lock (concurrent runs wait, then find
-    nothing left to verify)."""
-    state_sql.hold_pipeline_lock(conn)
-    try:
-        verified = verify_new_entries(spark, conn, url)
-        good = state_sql.count_good_entries(conn)
-        with sized_for_the_store(spark, good):
-            return _run_index(spark, conn, url, verified, good)
-    finally:
-        state_sql.release_pipeline_lock(conn)
+    nothing left to verify). Its Spark work is bounded (`watchdog.watched`)."""
+    with watched(spark, holder=conn):
+        state_sql.hold_pipeline_lock(conn)
+        try:
+            verified = verify_new_entries(spark, conn, url)
+            good = state_sql.count_good_entries(conn)
+            with sized_for_the_store(spark, good):
+                return _run_index(spark, conn, url, verified, good)
+        finally:
+            state_sql.release_pipeline_lock(conn)
 
 
 def last_index(spark: SparkSession, conn: psycopg.Connection) -> IndexResult:

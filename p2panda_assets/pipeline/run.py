@@ -9,9 +9,11 @@ from pyspark.sql import SparkSession
 
 from p2panda_assets.pipeline.index import run_index
 from p2panda_assets.pipeline.materialize import materialize_schemas
+from p2panda_assets.pipeline.watchdog import watched
 from p2panda_assets.store.tables import Outcome
 
 
 def run_pipeline(spark: SparkSession, conn: psycopg.Connection, url: str) -> list[Outcome]:
     index = run_index(spark, conn, url)
-    return materialize_schemas(spark, conn, url, index, sorted(index.catalog.registered or ()))
+    with watched(spark, holder=conn):
+        return materialize_schemas(spark, conn, url, index, sorted(index.catalog.registered or ()))

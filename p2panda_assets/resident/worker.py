@@ -46,11 +46,20 @@ STORAGE_POOL = {"statement_timeout": 0, "pool_recycle": 3600, "max_overflow": 4}
 
 def warm_up() -> None:
     """Import the definitions, start the Spark session and its Python workers before
-    the first run needs them."""
+    the first run needs them. A cluster that gives no executor (or a stuck warm-up) is
+    said on stderr and the runs are served all the same: each then fails with the
+    reason (`watchdog.watched`) instead of waiting behind a worker that never serves."""
     import p2panda_assets.definitions  # noqa: F401 - the import is the point
+    from p2panda_assets.errors import P2pandaError
     from p2panda_assets.pipeline import spark
+    from p2panda_assets.pipeline.watchdog import watched
 
-    spark.warm_up(spark.build_session(spark.spark_config()))
+    session = spark.build_session(spark.spark_config())
+    try:
+        with watched(session):
+            spark.warm_up(session)
+    except P2pandaError as error:
+        print(f"resident worker: no warm-up: {error.reason}: {error.message}", file=sys.stderr)
 
 
 @contextmanager

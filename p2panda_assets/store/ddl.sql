@@ -204,6 +204,20 @@ CREATE TABLE IF NOT EXISTS p2panda.layer_digests (
     sums  jsonb NOT NULL
 );
 
+-- Who holds the pipeline lock (store/pipeline_lock.py): the session that takes it writes
+-- its run and schema here, and what its Spark work is doing as it goes; a session waiting
+-- for the lock reads it to say what it waits for. A row whose session no longer holds the
+-- lock is not believed (pg_locks says who holds it).
+CREATE TABLE IF NOT EXISTS p2panda.pipeline_lock_holder (
+    id          integer PRIMARY KEY CHECK (id = 1),
+    pid         integer NOT NULL,
+    run_id      text,
+    schema_id   text,
+    since       timestamptz NOT NULL,
+    progress    text,
+    progress_at timestamptz
+);
+
 -- "Pending" is the one word for not-yet (statuses.py): rows written before it said
 -- 'waiting' (a schema's status, a log's assignment, the stage of an account).
 UPDATE p2panda.schemas SET status = 'pending' WHERE status = 'waiting';

@@ -19,6 +19,7 @@ from psycopg.types.json import Jsonb
 
 from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.store.ingest import INGEST_LOCK
+from p2panda_assets.store.pipeline_lock import record_holder, waiting_aloud
 
 PIPELINE_LOCK = 0x70326E64  # one verification / index step at a time, across processes
 
@@ -484,9 +485,19 @@ PRODUCT_SCHEMAS = ("p2panda", "p2panda_data", "p2panda_versions")
 def hold_pipeline_lock(conn: psycopg.Connection) -> None:
     """Take the pipeline lock: one verification, index step or build at a time, across
     processes. Another run holding it is waited for, at most `P2PANDA_LOCK_WAIT_SECONDS`
-    (default 600), then `busy`. With the lock held, staging tables left by runs that died
-    are swept: no live run can own one."""
+    (default 600), then `busy`; while waiting, stderr says for whom, and how it goes
+    (`pipeline_lock.waiting_aloud`). The holder says who it is (`record_holder`). With the
+    lock held, staging tables left by runs that died are swept: no live run can own one."""
     seconds = float(os.environ.get(LOCK_WAIT_ENV) or DEFAULT_LOCK_WAIT_SECONDS)
+    row = conn.execute("SELECT pg_try_advisory_lock(%s)", (PIPELINE_LOCK,)).fetchone()
+    if not (row and row[0]):
+        with waiting_aloud(conn, PIPELINE_LOCK, seconds):
+            _wait_for_pipeline_lock(conn, seconds)
+    record_holder(conn)
+    sweep_stages(conn)
+
+
+def _wait_for_pipeline_lock(conn: psycopg.Connection, seconds: float) -> None:
     conn.execute(sql.SQL("SET lock_timeout = {}").format(sql.Literal(f"{int(seconds * 1000)}ms")))
     try:
         conn.execute("SELECT pg_advisory_lock(%s)", (PIPELINE_LOCK,))
@@ -496,7 +507,6 @@ def hold_pipeline_lock(conn: psycopg.Connection) -> None:
         ) from None
     finally:
         conn.execute("RESET lock_timeout")
-    sweep_stages(conn)
 
 
 def release_pipeline_lock(conn: psycopg.Connection) -> None:

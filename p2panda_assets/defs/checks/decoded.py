@@ -12,6 +12,7 @@ from p2panda_assets.defs.assets import decoded_messages, decoded_of
 from p2panda_assets.defs.checks.tally import ROWS, Tally, check_result, summarize, validate
 from p2panda_assets.defs.partitions import schemas
 from p2panda_assets.defs.resources import PostgresResource
+from p2panda_assets.pipeline.watchdog import watched
 from p2panda_assets.protocol.hashing import HashAlgorithm
 from p2panda_assets.protocol.ids import AUTHOR_SIZE, parse_schema_id
 from p2panda_assets.protocol.messages import INSTANCE_MESSAGE_TYPES, SCHEMA_MESSAGE_TYPES
@@ -149,6 +150,7 @@ def decoded_messages_match_their_model(
             passed=True, description="no decoded messages", metadata={"schema_name": name}
         )
     tally = Tally()
-    lines = summarize(validate(frame, decoded_model(decoded.schema_id, tally)))
-    metadata = {"schema_name": name, "rows": tally.count(frame, ROWS)}
+    with watched(pyspark.spark_session):  # its Spark jobs are bounded too
+        lines = summarize(validate(frame, decoded_model(decoded.schema_id, tally)))
+        metadata = {"schema_name": name, "rows": tally.count(frame, ROWS)}
     return check_result(lines, tally.findings, metadata)
