@@ -35,6 +35,7 @@ from p2panda_assets.pipeline.groups import arrow_schema, record_batch
 from p2panda_assets.pipeline.local_frames import local_frame
 from p2panda_assets.pipeline.once_per_task import job_ledger, task_transaction
 from p2panda_assets.pipeline.packed import pack_message
+from p2panda_assets.pipeline.spark import entries_per_partition
 from p2panda_assets.pipeline.warehouse import Warehouse, children, exists, remove, warehouse_root
 from p2panda_assets.protocol.message_index import decoded_and_indexed
 from p2panda_assets.store import pipeline_state as state_sql
@@ -234,13 +235,18 @@ ENTRIES_PER_TASK = 5_000  # more than this many new entries a core: two rounds o
 
 def verify_tasks(new: int, cores: int) -> int:
     """How many tasks verify `new` entries: a task per core, and a second round of them
-    when there are more than `ENTRIES_PER_TASK` a core (two tasks a core at most, as
-    before). Always whole rounds: a last round of fewer tasks than cores leaves a core
-    idle while one task verifies alone (an increment's 10,000 entries were three tasks
-    on two cores)."""
+    when there are more than `ENTRIES_PER_TASK` a core; more rounds only where a task
+    would verify more than `entries_per_partition()` entries. Always whole rounds: a last
+    round of fewer tasks than cores leaves a core idle while one task verifies alone (an
+    increment's 10,000 entries were three tasks on two cores).
+
+    A task streams its range, so its memory does not grow with it; its time does. Two
+    tasks a core at any size made one task of a 100M-entry store run for half an hour:
+    longer than the watchdog's stall timeout, and a lost executor's retry redid all of it."""
     cores = max(1, cores)
     rounds = min(2, -(-new // (ENTRIES_PER_TASK * cores)))
-    return max(1, rounds) * cores
+    bounded = -(-new // (entries_per_partition() * cores))
+    return max(1, rounds, bounded) * cores
 
 
 def verify_new_entries(spark: SparkSession, conn: psycopg.Connection, url: str) -> int:

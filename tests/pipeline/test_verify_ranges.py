@@ -29,3 +29,5 @@ def test_verification_runs_in_whole_rounds_of_one_task_per_core() -> None:
     assert verify_tasks(2_001, 8) == 8
     assert verify_tasks(1_000_000, 8) == 16
     assert verify_tasks(5, 0) == 1
+    assert verify_tasks(5_000_000, 2) == 20  # no task verifies more than 250,000
+    assert verify_tasks(5_000_001, 2) == 22  # whole rounds
