@@ -61,6 +61,7 @@ from p2panda_assets.pipeline.chaining import (
 )
 from p2panda_assets.pipeline.copy import ACCOUNT_COLUMNS, Target, copy_frame
 from p2panda_assets.pipeline.groups import Row, arrow_schema, map_groups
+from p2panda_assets.pipeline.jvm_failures import jvm_failures_explained
 from p2panda_assets.pipeline.layers import keep_chained, keep_layer_sums, read_layers, write_chained
 from p2panda_assets.pipeline.local_frames import local_frame
 from p2panda_assets.pipeline.log_plan import LogPlan, decided_columns, log_rows_with_tips, plan_logs
@@ -112,8 +113,9 @@ class IndexResult:
 
 def run_index(spark: SparkSession, conn: psycopg.Connection, url: str) -> IndexResult:
     """The whole index step, under an advisory lock (concurrent runs wait, then find
-    nothing left to verify). Its Spark work is bounded (`watchdog.watched`)."""
-    with watched(spark, holder=conn):
+    nothing left to verify). Its Spark work is bounded (`watchdog.watched`), and a JVM
+    that runs out of heap under it is named (`jvm_failures`)."""
+    with watched(spark, holder=conn), jvm_failures_explained(spark):
         state_sql.hold_pipeline_lock(conn)
         try:
             verified = verify_new_entries(spark, conn, url)
