@@ -340,6 +340,7 @@ class RssSampler:
     postmaster: int | None = None
     peak_by_pid: dict[tuple[int, float], tuple[str, int, str]] = field(default_factory=dict)
     peak_total: int = 0
+    peak_total_by_stage: dict[str, int] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -364,13 +365,17 @@ class RssSampler:
             except psutil.Error:
                 continue
             kind, peak, _ = self.peak_by_pid.get(key, ("", -1, ""))
-            if not kind:
+            if kind in ("", "other"):  # Spark's JVM starts as the shell script that execs it
                 kind = process_kind(process)
             if kind not in ("postgres", "other"):
                 total += rss
             if rss > peak:
                 self.peak_by_pid[key] = (kind, rss, _stages[-1])
+            elif kind != self.peak_by_pid[key][0]:
+                self.peak_by_pid[key] = (kind, *self.peak_by_pid[key][1:])
         self.peak_total = max(self.peak_total, total)
+        now = _stages[-1].split()[0]  # the stage, without the schema its label names
+        self.peak_total_by_stage[now] = max(self.peak_total_by_stage.get(now, 0), total)
 
     def _run(self) -> None:
         while not self._stop.wait(SAMPLE_EVERY_S):
@@ -633,6 +638,9 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         "peak_rss_mb_by_kind": {kind: mb for kind, (mb, _) in peaks.items()},
         "peak_rss_stage_by_kind": {kind: when for kind, (_, when) in peaks.items()},
         "peak_rss_mb_sum": round(sampler.peak_total / 2**20, 1),
+        "peak_rss_mb_sum_by_stage": {
+            name: round(rss / 2**20, 1) for name, rss in sampler.peak_total_by_stage.items()
+        },
         "load_average": load,
         "commit": commit(),
         **increment,
