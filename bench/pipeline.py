@@ -15,7 +15,8 @@ part of the measured `seconds`.
 names, else on an embedded server in a temporary `$P2PANDA_HOME`, stopped at the end.
 The Spark session is started and warmed up (`pipeline.spark.warm_up`) before, as the
 resident worker does before its first run: `session_s`, not counted.
-`SPARK_MASTER`, `P2PANDA_SHUFFLE_PARTITIONS` and `P2PANDA_DRIVER_MEMORY` apply as usual.
+`SPARK_MASTER`, `P2PANDA_SHUFFLE_PARTITIONS`, `P2PANDA_ENTRIES_PER_PARTITION` and
+`P2PANDA_DRIVER_MEMORY` apply as usual.
 The last line printed is one JSON object.
 
 With `--incremental N`, N more entries are generated with the corpus and held back: the
