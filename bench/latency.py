@@ -16,9 +16,20 @@ arrive at about the same phase (each 1-3 s after a tick, measured), which is the
 rhythm, not the users'.
 
     .venv/bin/python bench/latency.py [--samples 3] [--baseline]
+    .venv/bin/python bench/latency.py --rate 20 --seconds 60
 
 `--baseline` measures the same scenario again with Dagster's DefaultRunLauncher (a new
 process and Spark JVM per run) and prints the ratio of the medians.
+
+`--rate N --seconds S` streams N entries a second for S seconds into the running daemon
+(new instances, and every third an update of an earlier one; authored beforehand, then
+each stored at its moment by the entry store's own ingest, as a node writes them) and
+times each from its ingest to the row showing it (the instance, or its `_entry` at or
+past the update). With the live path (p2panda_assets/live) a commit starts a run at once;
+entries that arrive while a run is in progress are read by the next one.
+
+The last line printed is JSON, and carries `median_latency_s`, `p95_latency_s` and
+`max_latency_s` in every mode.
 """
 
 from __future__ import annotations
@@ -27,18 +38,20 @@ import argparse
 import contextlib
 import io
 import json
+import math
 import os
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 
-from dagster import DagsterInstance
+from dagster import DagsterInstance, DagsterRun
 from dagster._daemon.sensor import MIN_INTERVAL_LOOP_TIME
 
 from p2panda_assets.defs.sensors import MINIMUM_INTERVAL_SECONDS, schema_entries_sensor
@@ -302,26 +315,194 @@ def measure(samples: int, baseline: bool) -> dict[str, object]:
         "first_build_s": round(first_build, 1),
         "latency_s": [round(s, 1) for s in measured],
         "median_latency_s": round(ordered[len(ordered) // 2], 1),
+        "p95_latency_s": round(percentile(ordered, 0.95), 1),
         "max_latency_s": round(ordered[-1], 1),
     }
+
+
+def percentile(ordered: list[float], q: float) -> float:
+    """The `q` quantile of sorted values (nearest rank)."""
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+@dataclass(frozen=True)
+class Streamed:
+    instance_id: str
+    entry: bytes
+    payload: bytes
+    entry_hash: str  # hex, as the table's `_entry` says it
+    position: int  # the how-manieth entry of its instance (0: its creation)
+
+
+def author_stream(run: DaemonScenario, count: int) -> list[Streamed]:
+    """`count` entries of the probe schema, in publishing order: new instances, and every
+    third an update of an instance created before (round robin)."""
+    from p2panda_assets.jsonlines import parse_line
+    from p2panda_assets.protocol.entry import decode_entry
+
+    out = run.home / "stream.jsonl"
+    created: list[str] = []
+    positions: dict[str, int] = {}
+    plan = []
+    for k in range(count):
+        before = out.read_text().count("\n") if out.exists() else 0
+        if k % 3 == 2 and created:
+            instance_id = created[(k // 3) % len(created)]
+            panda(
+                "publish", "update", "--schema", "note", "--instance", instance_id,
+                "--field", f"name=update {k}", "--out", str(out),
+            )  # fmt: skip
+        else:
+            instance_id = panda(
+                "publish", "create", "--schema", "note", "--field", f"name=stream {k}",
+                "--out", str(out),
+            )  # fmt: skip
+            created.append(instance_id)
+        [line] = out.read_text().splitlines()[before:]
+        entry, payload = parse_line(line)
+        assert payload is not None
+        position = positions.get(instance_id, -1) + 1
+        positions[instance_id] = position
+        plan.append(Streamed(instance_id, entry, payload, decode_entry(entry).hash.hex(), position))
+    return plan
+
+
+class RowWatcher:
+    """Polls the table; when each streamed entry first shows (its instance's row, with an
+    `_entry` at or past it)."""
+
+    def __init__(self, run: DaemonScenario, plan: list[Streamed]) -> None:
+        self.run = run
+        self.position = {item.entry_hash: item.position for item in plan}
+        self.latest: dict[str, int] = {}  # instance -> the position its row shows
+        self.seen: dict[int, float] = {}  # index in plan -> when first seen
+        self.plan = plan
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        from psycopg import sql
+
+        from p2panda_assets.store.database import connect
+        from p2panda_assets.store.registry import table_identifier, table_name_for
+
+        query = sql.SQL("SELECT _instance_id, _entry FROM {}").format(
+            table_identifier(table_name_for(self.run.schema_id))
+        )
+        with connect(self.run.url, autocommit=True) as conn:
+            while not self.stop.is_set():
+                now = time.time()
+                for instance_id, entry_hash in conn.execute(query):
+                    self.latest[instance_id] = max(
+                        self.latest.get(instance_id, -1), self.position.get(entry_hash, -1)
+                    )
+                for i, item in enumerate(self.plan):
+                    if (
+                        i not in self.seen
+                        and self.latest.get(item.instance_id, -1) >= item.position
+                    ):
+                        self.seen[i] = now
+                time.sleep(0.1)
+
+
+def stream(rate: float, seconds: float) -> dict[str, object]:
+    """`rate` entries a second for `seconds` into a running daemon: each one's latency."""
+    from p2panda_assets.store.database import connect
+    from p2panda_assets.store.ingest import ingest
+
+    count = max(1, round(rate * seconds))
+    with scenario() as run:
+        run.author_schema()
+        run.start_daemon()
+        started = time.perf_counter()
+        while not run.rows():
+            time.sleep(0.5)
+            if time.perf_counter() - started > 600:
+                raise TimeoutError("no first materialization within 600 s")
+        print(f"stream: first build through the sensors: {time.perf_counter() - started:.1f} s")
+        run.wait_until_idle(timeout=600)
+        plan = author_stream(run, count)
+        print(f"stream: {count} entries authored; {rate}/s for {seconds} s")
+        watcher = RowWatcher(run, plan)
+        watcher.thread.start()
+        ingested: list[float] = []
+        with connect(run.url, autocommit=True) as conn:
+            begin = time.time()
+            for k, item in enumerate(plan):
+                time.sleep(max(0.0, begin + k / rate - time.time()))
+                ingest(conn, [(item.entry, item.payload)])
+                ingested.append(time.time())
+        behind = ingested[-1] - (begin + (count - 1) / rate)
+        deadline = time.time() + 600
+        while len(watcher.seen) < count and time.time() < deadline:
+            if run.daemon is not None and run.daemon.poll() is not None:
+                raise RuntimeError("the daemon exited")
+            time.sleep(0.2)
+        watcher.stop.set()
+        watcher.thread.join()
+        missing = count - len(watcher.seen)
+        if missing:
+            raise TimeoutError(f"{missing} of {count} entries not visible after 600 s")
+        runs = runs_since(run.schema_id, begin)
+    latencies = [watcher.seen[i] - ingested[i] for i in range(count)]
+    ordered = sorted(latencies)
+    return {
+        "rate_per_s": rate,
+        "seconds": seconds,
+        "entries": count,
+        "ingest_behind_schedule_s": round(behind, 2),
+        "runs": len(runs),
+        "runs_by_trigger": runs_by_trigger(runs),
+        "last_latency_s": round(latencies[-1], 2),
+        "median_latency_s": round(ordered[len(ordered) // 2], 2),
+        "p95_latency_s": round(percentile(ordered, 0.95), 2),
+        "max_latency_s": round(ordered[-1], 2),
+    }
+
+
+def runs_since(schema_id: str, since: float) -> list[DagsterRun]:
+    """The runs of the partition created at or after `since` (a Unix timestamp)."""
+    import dagster as dg
+
+    with dg.DagsterInstance.get() as instance:
+        records = instance.get_run_records(
+            filters=dg.RunsFilter(tags={"dagster/partition": schema_id}), limit=100_000
+        )
+    return [r.dagster_run for r in records if r.create_timestamp.timestamp() >= since]
+
+
+def runs_by_trigger(runs: list[DagsterRun]) -> dict[str, int]:
+    """How many runs the listener (`notify`) and each sensor started."""
+    counts: dict[str, int] = {}
+    for r in runs:
+        key = r.tags.get("p2panda/trigger") or r.tags.get("dagster/sensor_name") or "other"
+        counts[key] = counts.get(key, 0) + 1
+    return counts
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--samples", type=int, default=3)
+    parser.add_argument("--rate", type=float, help="entries a second, streamed (with --seconds)")
+    parser.add_argument("--seconds", type=float, default=60.0, help="how long --rate streams")
     parser.add_argument(
         "--baseline",
         action="store_true",
         help="also measure Dagster's DefaultRunLauncher in the same run, and the ratio",
     )
     args = parser.parse_args()
+    if args.rate:
+        print(json.dumps(stream(args.rate, args.seconds)))
+        return
     figures = {"resident": measure(args.samples, baseline=False)}
     if args.baseline:
         figures["default"] = measure(args.samples, baseline=True)
         figures["median_ratio_resident_to_default"] = round(
             figures["resident"]["median_latency_s"] / figures["default"]["median_latency_s"], 2
         )
-    print(json.dumps(figures))
+    resident = figures["resident"]
+    keys = ("median_latency_s", "p95_latency_s", "max_latency_s")
+    print(json.dumps(figures | {key: resident[key] for key in keys}))
 
 
 if __name__ == "__main__":

@@ -49,8 +49,10 @@ def connect(url: str | None = None, *, autocommit: bool = False) -> psycopg.Conn
 
 
 def ddl() -> str:
-    """The table design (`ddl.sql`, shipped as package data)."""
-    return resources.files("p2panda_assets.store").joinpath("ddl.sql").read_text("utf-8")
+    """The table design (`ddl.sql`, then the entry store's trigger `notify.sql`, shipped
+    as package data)."""
+    files = resources.files("p2panda_assets.store")
+    return "\n".join(files.joinpath(f).read_text("utf-8") for f in ("ddl.sql", "notify.sql"))
 
 
 def ensure_schema(conn: psycopg.Connection) -> None:

@@ -24,6 +24,7 @@ from p2panda_assets.defs.sensors.requests import (
     table_holds,
 )
 from p2panda_assets.engine.readiness import Relations, Scope, entries_scope
+from p2panda_assets.live.coverage import entries_covered
 from p2panda_assets.protocol.message_index import message_index
 from p2panda_assets.store.feed import (
     FreshLog,
@@ -163,7 +164,10 @@ def entries_tick(
     cursor: EntryCursor,
     now: float | None = None,
     queued: Mapping[str, frozenset[dg.AssetKey]] | None = None,
+    covered: Mapping[str, int] | None = None,
 ) -> dg.SensorResult:
+    """`covered`: per schema, the entries a run that left the queue reads already
+    (`live.coverage.entries_covered`)."""
     fresh, moved = read_new_entries(conn, cursor, now)
     if not fresh:
         return dg.SensorResult(skip_reason="no new entries", cursor=moved.dumps())
@@ -175,8 +179,10 @@ def entries_tick(
             cursor=moved.dumps(),
         )
     routes, built = unbuilt_routes(routes, built_through(conn, list(routes)))
+    routes, started = unbuilt_routes(routes, covered or {})
     requests, notes = entries_requests(load_relations(conn), routes, queued)
     notes += [f"{sid}: its table was built from these entries already" for sid in built]
+    notes += [f"{sid}: a run submitted after these entries reads them" for sid in started]
     return dg.SensorResult(
         run_requests=batched(requests),
         skip_reason=None if requests else skip_reason(notes, "nothing to rebuild"),
@@ -203,5 +209,6 @@ def schema_entries_sensor(
     """Rebuilds the schemas that new entries (by ingest_seq) concern, only those, unless
     a run of theirs still in the queue will read the entries anyway."""
     queued = queued_selections(context.instance)
+    covered = entries_covered(context.instance)
     with postgres.connect() as conn:
-        return entries_tick(conn, EntryCursor.parse(context.cursor), queued=queued)
+        return entries_tick(conn, EntryCursor.parse(context.cursor), queued=queued, covered=covered)

@@ -1,0 +1,65 @@
+"""Which new entries a run will read: the tags the listener puts on runs, read by the
+entries sensor (and the listener) so that no work is requested twice.
+
+A run reads every entry committed before it leaves the queue (its index step reads the
+store when it starts); the sensors rely on that for runs still QUEUED. Once a run has
+started, whether it reads an entry depends on when that entry committed, which the
+sensor cannot tell. So the listener writes it down: `p2panda/entries-through=N` on a run
+says that every entry with `ingest_seq <= N` had committed before the run left the queue.
+The listener sets it on the runs it submits (N: what it saw before creating them) and
+raises it on every run still queued after it read the store. The sensor skips new
+entries of a schema when an unfinished run of that schema's whole family carries a
+bound at or past them (`entries_covered`): the listener's run reads them.
+
+This module imports no sensor: the entries sensor imports it.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from p2panda_assets.defs.assets import family
+
+TRIGGER_TAG = "p2panda/trigger"  # what started the run: "notify" for the listener's runs
+NOTIFY = "notify"
+THROUGH_TAG = "p2panda/entries-through"  # see the module docstring
+_PARTITION_TAG = "dagster/partition"
+_FAMILY = frozenset(asset.key for asset in family)
+_QUEUED = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED]
+_UNFINISHED = [*_QUEUED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
+
+
+def prefix_bound(seq: int, holes: tuple[tuple[int, int, float], ...]) -> int:
+    """The highest `ingest_seq` up to which a read of the store saw every entry (an
+    `EntryCursor`'s `seq` and its holes: below a hole, values not committed yet)."""
+    return min([seq, *(lo - 1 for lo, _hi, _born in holes)])
+
+
+def _covers_family(run: dg.DagsterRun) -> bool:
+    return run.asset_selection is None or run.asset_selection >= _FAMILY
+
+
+def entries_covered(instance: dg.DagsterInstance) -> dict[str, int]:
+    """Per schema, the highest `THROUGH_TAG` bound of its unfinished runs of the whole
+    family: its new entries up to that bound are read by one of them."""
+    runs = instance.get_runs(filters=dg.RunsFilter(statuses=_UNFINISHED), limit=1000)
+    covered: dict[str, int] = {}
+    for run in runs:
+        sid, through = run.tags.get(_PARTITION_TAG), run.tags.get(THROUGH_TAG, "")
+        if sid and through.isdigit() and _covers_family(run):
+            covered[sid] = max(covered.get(sid, 0), int(through))
+    return covered
+
+
+def raise_queued_bounds(instance: dg.DagsterInstance, bound: int) -> int:
+    """Raise `THROUGH_TAG` to `bound` on every run of the pipeline still queued now, after
+    a read of the store that saw every entry up to `bound`: each starts later, so it
+    reads them. How many runs were tagged."""
+    runs = instance.get_runs(filters=dg.RunsFilter(statuses=_QUEUED), limit=1000)
+    tagged = 0
+    for run in runs:
+        through = run.tags.get(THROUGH_TAG, "")
+        if _PARTITION_TAG in run.tags and (not through.isdigit() or int(through) < bound):
+            instance.add_run_tags(run.run_id, {THROUGH_TAG: str(bound)})
+            tagged += 1
+    return tagged
