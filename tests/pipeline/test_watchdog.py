@@ -286,13 +286,16 @@ def test_a_job_that_makes_no_progress_fails_stalled_and_frees_the_lock(
     elapsed = time.monotonic() - started
     assert raised.value.reason is Reason.STALLED
     assert "for 2 s (job " in raised.value.message, raised.value.message
-    assert " 0/1 tasks (1 running)" in raised.value.message, raised.value.message
+    # " 0/1 tasks", not "(1 running)": Spark's status store records a task's start at most
+    # every spark.ui.liveUpdate.period, and a job with no later event may not show it yet
+    # (seen in a fresh-clone CI run: "stage 1600 0/1 tasks").
+    assert " 0/1 tasks" in raised.value.message, raised.value.message
     assert 2 <= elapsed < 30
     assert lock_sessions(conn, granted=True) == []
     # What it did was written for those waiting for the lock, by the lock holder's pid.
     row = conn.execute("SELECT pid, progress FROM p2panda.pipeline_lock_holder").fetchone()
     assert row is not None and row[0] == conn.info.backend_pid, row
-    assert " 0/1 tasks (1 running)" in row[1], row  # the job as it ran, or the verdict
+    assert " 0/1 tasks" in row[1], row  # the job as it ran, or the verdict
     # The session goes on: the next job runs (its core was given back).
     assert spark.sparkContext.parallelize(range(4), 2).sum() == 6
 
