@@ -8,6 +8,7 @@ from contextlib import contextmanager
 
 import dagster as dg
 import psycopg
+from dagster._core.storage.tags import PARTITION_NAME_TAG
 from dagster_pyspark import PySparkResource
 from pydantic import PrivateAttr
 
@@ -15,8 +16,6 @@ from p2panda_assets.pipeline.jdbc import Jdbc
 from p2panda_assets.pipeline.spark import spark_config, use_this_python
 from p2panda_assets.store.database import connect, database_url, ensure_schema, jdbc_options
 from p2panda_assets.store.pipeline_lock import label_session
-
-PARTITION_TAG = "dagster/partition"
 
 
 class PostgresResource(dg.ConfigurableResource):
@@ -30,7 +29,7 @@ class PostgresResource(dg.ConfigurableResource):
         the pipeline lock they take tells whoever waits for it (`label_session`)."""
         run = context.run
         if run is not None:
-            self._run = (run.run_id, run.tags.get(PARTITION_TAG))
+            self._run = (run.run_id, run.tags.get(PARTITION_NAME_TAG))
 
     def resolved_url(self) -> str:
         return self.url or database_url()

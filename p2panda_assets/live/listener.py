@@ -6,7 +6,7 @@ What to request is the entries sensor's own decision (`entries_tick`: the new en
 still in the queue reads them, nothing where a run that left the queue reads them
 already), on a cursor of the listener's own, kept in memory: the listener never moves
 the sensor's cursor or anything else the sensor decides by, so the sensor still sees
-every entry and requests what no run reads (`live.coverage`). Each run is a normal run of
+every entry and requests what no run reads (`defs.sensors.coverage`). Each run is a normal run of
 the `materialize_schema` job, with the sensor's tags (partition, `p2panda/queue`,
 `p2panda/batch`; the run tags itself with the schema's name and version) plus
 `p2panda/trigger=notify`, submitted to the run queue: it waits there for the run in
@@ -39,7 +39,7 @@ from p2panda_assets.defs.sensors import (
     queued_selections,
     schema_entries_sensor,
 )
-from p2panda_assets.live.coverage import (
+from p2panda_assets.defs.sensors.coverage import (
     NOTIFY,
     THROUGH_TAG,
     TRIGGER_TAG,

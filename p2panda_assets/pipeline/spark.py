@@ -19,7 +19,7 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from p2panda_assets.pipeline.class_archive import archive_options
-from p2panda_assets.pipeline.driver_address import driver_address_settings
+from p2panda_assets.pipeline.driver_address import driver_address_settings, is_local
 from p2panda_assets.pipeline.groups import warm_casts
 
 JDBC_JAR = Path(os.environ.get("P2PANDA_JDBC_JAR", "/usr/share/java/postgresql.jar"))
@@ -147,10 +147,10 @@ HEAP_MIB_PER_LOCAL_CORE = 256
 def local_cores(master: str) -> int:
     """The cores a local master runs tasks on in the driver's JVM (`local`, `local[N]`,
     `local[*]`, `local[N,F]`); 0 for a cluster's master, whose tasks run elsewhere."""
+    if not is_local(master):
+        return 0
     if master == "local":
         return 1
-    if not master.startswith("local["):
-        return 0
     given = master[len("local[") :].split(",")[0].rstrip("]")
     return (os.cpu_count() or 1) if given == "*" else int(given)
 

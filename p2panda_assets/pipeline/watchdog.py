@@ -31,6 +31,7 @@ from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from p2panda_assets.errors import P2pandaError, Reason
+from p2panda_assets.pipeline.driver_address import is_local
 from p2panda_assets.store.pipeline_lock import another_connection, publish_progress
 
 NO_EXECUTOR_TIMEOUT_ENV = "P2PANDA_SPARK_NO_EXECUTOR_TIMEOUT"
@@ -46,11 +47,10 @@ STALL_TIMEOUT_ENV = "P2PANDA_SPARK_STALL_TIMEOUT"
 # lock (`P2PANDA_LOCK_WAIT_SECONDS`), so a run behind a stuck one gets through.
 DEFAULT_NO_EXECUTOR_TIMEOUT = 180.0
 # No task starting or finishing for 15 minutes while executors are there. A task's time
-# grows with the entries of its partition: at 1M entries on 2 cores (4 shuffle partitions
-# of ~250,000 entries) the whole pipeline takes ~152 s (`pipeline.spark`), so none of its
-# tasks runs longer. 900 s is six times that: tasks running for minutes are waited for,
-# a task that never ends is not. A store whose partitions are much larger than those
-# (`shuffle_partitions_for`) may need it raised.
+# grows with the entries of its partition, and no shuffle partition or verification task
+# holds more than `P2PANDA_ENTRIES_PER_PARTITION` (250,000) entries, whatever the store's
+# size: at 5M entries on 2 cores such a task takes ~20 s (docs/scale.md). 900 s is
+# forty times that: a slow task is waited for, a task that never ends is not.
 DEFAULT_STALL_TIMEOUT = 900.0
 POLL_SECONDS = 1.0
 PUBLISH_SECONDS = 2.0  # the holder's progress row changes at most this often
@@ -128,13 +128,8 @@ def look(sc: SparkContext) -> Look:
                     info.numFailedTasks,
                 )
             )
-    executors = None if runs_tasks_in_driver(sc) else executor_count(sc)
+    executors = None if is_local(sc.master or "") else executor_count(sc)
     return Look(jobs, tuple(stages), executors)
-
-
-def runs_tasks_in_driver(sc: SparkContext) -> bool:
-    master = sc.master or ""
-    return master == "local" or master.startswith("local[")
 
 
 def executor_count(sc: SparkContext) -> int:

@@ -11,6 +11,7 @@ import dagster as dg
 import psycopg
 
 from p2panda_assets.defs.resources import PostgresResource
+from p2panda_assets.defs.sensors.coverage import entries_covered
 from p2panda_assets.defs.sensors.cursors import EntryCursor
 from p2panda_assets.defs.sensors.requests import (
     FAMILY,
@@ -24,7 +25,6 @@ from p2panda_assets.defs.sensors.requests import (
     table_holds,
 )
 from p2panda_assets.engine.readiness import Relations, Scope, entries_scope
-from p2panda_assets.live.coverage import entries_covered
 from p2panda_assets.protocol.message_index import message_index
 from p2panda_assets.store.feed import (
     FreshLog,
@@ -167,7 +167,7 @@ def entries_tick(
     covered: Mapping[str, int] | None = None,
 ) -> dg.SensorResult:
     """`covered`: per schema, the entries a run that left the queue reads already
-    (`live.coverage.entries_covered`)."""
+    (`coverage.entries_covered`)."""
     fresh, moved = read_new_entries(conn, cursor, now)
     if not fresh:
         return dg.SensorResult(skip_reason="no new entries", cursor=moved.dumps())

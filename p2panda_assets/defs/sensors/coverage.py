@@ -11,22 +11,18 @@ raises it on every run still queued after it read the store. The sensor skips ne
 entries of a schema when an unfinished run of that schema's whole family carries a
 bound at or past them (`entries_covered`): the listener's run reads them.
 
-This module imports no sensor: the entries sensor imports it.
+The listener (`p2panda_assets.live`) writes these tags; the entries sensor reads them.
 """
 
 from __future__ import annotations
 
 import dagster as dg
 
-from p2panda_assets.defs.assets import family
+from p2panda_assets.defs.sensors.requests import FAMILY, PARTITION_TAG, QUEUED, UNFINISHED
 
 TRIGGER_TAG = "p2panda/trigger"  # what started the run: "notify" for the listener's runs
 NOTIFY = "notify"
 THROUGH_TAG = "p2panda/entries-through"  # see the module docstring
-_PARTITION_TAG = "dagster/partition"
-_FAMILY = frozenset(asset.key for asset in family)
-_QUEUED = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED]
-_UNFINISHED = [*_QUEUED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
 
 
 def prefix_bound(seq: int, holes: tuple[tuple[int, int, float], ...]) -> int:
@@ -36,16 +32,16 @@ def prefix_bound(seq: int, holes: tuple[tuple[int, int, float], ...]) -> int:
 
 
 def _covers_family(run: dg.DagsterRun) -> bool:
-    return run.asset_selection is None or run.asset_selection >= _FAMILY
+    return run.asset_selection is None or run.asset_selection >= frozenset(FAMILY)
 
 
 def entries_covered(instance: dg.DagsterInstance) -> dict[str, int]:
     """Per schema, the highest `THROUGH_TAG` bound of its unfinished runs of the whole
     family: its new entries up to that bound are read by one of them."""
-    runs = instance.get_runs(filters=dg.RunsFilter(statuses=_UNFINISHED), limit=1000)
+    runs = instance.get_runs(filters=dg.RunsFilter(statuses=UNFINISHED), limit=1000)
     covered: dict[str, int] = {}
     for run in runs:
-        sid, through = run.tags.get(_PARTITION_TAG), run.tags.get(THROUGH_TAG, "")
+        sid, through = run.tags.get(PARTITION_TAG), run.tags.get(THROUGH_TAG, "")
         if sid and through.isdigit() and _covers_family(run):
             covered[sid] = max(covered.get(sid, 0), int(through))
     return covered
@@ -55,11 +51,11 @@ def raise_queued_bounds(instance: dg.DagsterInstance, bound: int) -> int:
     """Raise `THROUGH_TAG` to `bound` on every run of the pipeline still queued now, after
     a read of the store that saw every entry up to `bound`: each starts later, so it
     reads them. How many runs were tagged."""
-    runs = instance.get_runs(filters=dg.RunsFilter(statuses=_QUEUED), limit=1000)
+    runs = instance.get_runs(filters=dg.RunsFilter(statuses=QUEUED), limit=1000)
     tagged = 0
     for run in runs:
         through = run.tags.get(THROUGH_TAG, "")
-        if _PARTITION_TAG in run.tags and (not through.isdigit() or int(through) < bound):
+        if PARTITION_TAG in run.tags and (not through.isdigit() or int(through) < bound):
             instance.add_run_tags(run.run_id, {THROUGH_TAG: str(bound)})
             tagged += 1
     return tagged
