@@ -80,6 +80,9 @@ class Reason(StrEnum):
     BAD_USAGE = "bad-usage"  # a command line `panda` does not take (an argument missing)
     UNREADABLE_FILE = "unreadable-file"  # a named file cannot be read
     UNWRITABLE_FILE = "unwritable-file"  # an output file cannot be written
+    # $P2PANDA_HOME/authoring.json is not what authoring/state.py writes (not JSON, a
+    # wrong shape, or records that contradict each other): no log is continued from it.
+    BAD_STATE = "bad-state"
     KEY_EXISTS = "key-exists"  # `panda key new` would overwrite a key
     NO_KEY = "no-key"  # a command needs a key and none is stored
     SCHEMA_EXISTS = "schema-exists"  # `panda schema NAME init` for a name already authored here

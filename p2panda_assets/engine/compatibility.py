@@ -25,10 +25,9 @@ from p2panda_assets.engine.corpus import Table
 from p2panda_assets.engine.lens import FieldSpec, Lens
 from p2panda_assets.engine.migrate import migrate_values
 from p2panda_assets.engine.schema_log import SchemaHistory
-from p2panda_assets.protocol.fieldtypes import BaseType, FieldType
+from p2panda_assets.engine.validation import VALIDATED_BASES
+from p2panda_assets.protocol.fieldtypes import FieldType
 from p2panda_assets.protocol.messages import FieldChange, SchemaMigration
-
-_VALIDATED_BASES = frozenset({BaseType.VARCHAR, BaseType.TEXT})  # validation.py's rule
 
 
 class Kind(StrEnum):
@@ -109,7 +108,7 @@ def _type_part(old: FieldType, new: FieldType) -> tuple[Kind, str] | None:
 def _checks(ftype: FieldType, pattern: str | None) -> str | None:
     """The pattern that values of `ftype` are really checked against: validation only
     applies to varchar and text (and their arrays)."""
-    return pattern if ftype.base in _VALIDATED_BASES else None
+    return pattern if ftype.base in VALIDATED_BASES else None
 
 
 def _validation_part(old: FieldSpec, new: FieldSpec) -> tuple[Kind, str] | None:

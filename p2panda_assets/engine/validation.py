@@ -19,7 +19,9 @@ from p2panda_assets.engine.values import Value
 from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.protocol.fieldtypes import BaseType, FieldType
 
-_TEXT_BASES = frozenset({BaseType.VARCHAR, BaseType.TEXT})
+# The types whose values a validation checks (rule C-VALIDATE); those of every other
+# type pass. The one set: compatibility.py asks it which patterns really apply.
+VALIDATED_BASES = frozenset({BaseType.VARCHAR, BaseType.TEXT})
 
 
 def _options() -> re2.Options:
@@ -91,7 +93,7 @@ def _describe(error: Exception) -> str:
 
 def validates(value: Value, ftype: FieldType, validation: Validation | None) -> bool:
     """Whether a canonical value passes its field's validation (None: no validation)."""
-    if validation is None or value is None or ftype.base not in _TEXT_BASES:
+    if validation is None or value is None or ftype.base not in VALIDATED_BASES:
         return True
     if ftype.is_array:
         assert isinstance(value, tuple)

@@ -17,25 +17,33 @@ wrote it has exited and a new one has mapped it.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import pyarrow as pa
-import pyspark
 from pyspark import SparkContext
 from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
 
-ARCHIVE_ENV = "P2PANDA_CLASS_ARCHIVE"  # a path, or "off"
-OFF = "off"
-# Unified logging of the class-data sharing tags: a mismatched archive is ignored quietly.
-QUIET = "-Xlog:cds*=off"
-ARCHIVE_DIR = Path(sys.prefix) / "var" / "p2panda-assets"  # the default's directory
+# Where the archive is and the options that map it live in `spark` (the driver's options
+# need them); this module builds it with `spark`'s session: the import runs one way.
+from p2panda_assets.pipeline.spark import (
+    ARCHIVE_DIR,
+    ARCHIVE_ENV,
+    JAVA_OPTIONS_ENV,
+    OFF,  # noqa: F401 (named here too: tests and bench/cold_start.py import it from here)
+    QUIET,
+    archive_path,
+    build_session,
+    driver_java_options,
+    java_binary,  # noqa: F401 (named here too, for tests/pipeline/test_class_archive.py)
+    spark_config,
+    warm_up,
+)
+
 DUMP_TIMEOUT = 600  # seconds for the JVM to write the archive as it exits
 ONE_JOB = (
     "from p2panda_assets.pipeline.spark import build_session\n"
@@ -43,49 +51,11 @@ ONE_JOB = (
 )
 
 
-def java_binary() -> Path | None:
-    """The `java` Spark's launcher runs: `$JAVA_HOME/bin/java`, else the one on PATH."""
-    home = os.environ.get("JAVA_HOME")
-    found = str(Path(home) / "bin" / "java") if home else shutil.which("java")
-    return Path(found).resolve() if found and Path(found).exists() else None
-
-
-def archive_path() -> Path | None:
-    """Where this installation's archive is (or would be): P2PANDA_CLASS_ARCHIVE, else
-    under the Python environment, named by what it depends on (the JVM binary and the
-    Spark jars), so that an upgrade of either names a new one. None: turned off, or no
-    Java."""
-    setting = os.environ.get(ARCHIVE_ENV, "")
-    if setting == OFF:
-        return None
-    if setting:
-        return Path(setting)
-    java = java_binary()
-    if java is None:
-        return None
-    stat = java.stat()
-    spark = Path(pyspark.__file__).resolve().parent
-    identity = f"{java}:{stat.st_size}:{stat.st_mtime_ns}:{spark}:{pyspark.__version__}"
-    key = hashlib.sha256(identity.encode()).hexdigest()[:16]
-    return ARCHIVE_DIR / f"spark-{key}.jsa"
-
-
-def archive_options() -> list[str]:
-    """The driver JVM's options that map the archive, if there is one (Spark splits
-    the options at spaces, so a path with one is not used)."""
-    path = archive_path()
-    if path is None or not path.is_file() or " " in str(path):
-        return []
-    return [f"-XX:SharedArchiveFile={path}", QUIET]
-
-
 def build_archive(path: Path) -> bool:
     """Run the Spark work the pipeline does in a driver JVM that writes its loaded
     classes to `path` as it exits; whether `path` now holds an archive. The session is
     this process's first and last: the JVM must exit for the archive to be written.
     It is published only if a new driver maps it (`maps`)."""
-    from p2panda_assets.pipeline.spark import build_session, driver_java_options, spark_config
-
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     config = spark_config("local[2]")
@@ -110,8 +80,6 @@ def maps(archive: Path) -> bool:
     mismatch fatal rather than ignored. (A dump cut short, say on a full disk, would
     crash every JVM that mapped it.) In a scratch directory: a crashing JVM leaves its
     hs_err file there."""
-    from p2panda_assets.pipeline.spark import JAVA_OPTIONS_ENV
-
     env = {**os.environ, ARCHIVE_ENV: str(archive), JAVA_OPTIONS_ENV: "-Xshare:on"}
     with tempfile.TemporaryDirectory() as scratch:
         result = subprocess.run(
@@ -142,8 +110,6 @@ def stop_jvm(spark: SparkSession) -> None:
 def exercise(spark: SparkSession, scratch: Path) -> None:
     """What a run does, on a few rows: Python workers over Arrow, frames from Arrow,
     partitioned Parquet written and read, grouping, windows, joins, sorts, collects."""
-    from p2panda_assets.pipeline.spark import warm_up
-
     warm_up(spark)
     rows = pa.table(
         {

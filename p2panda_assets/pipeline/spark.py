@@ -7,8 +7,10 @@ writes PostgreSQL through Debian's JDBC driver jar (there is no Maven here).
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import os
+import shutil
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyspark
 from pyspark.sql import SparkSession
 
-from p2panda_assets.pipeline.class_archive import archive_options
 from p2panda_assets.pipeline.driver_address import driver_address_settings, is_local
 from p2panda_assets.pipeline.groups import warm_casts
 
@@ -232,9 +234,54 @@ def compiled_for_a_short_run(entries: int) -> Iterator[None]:
             os.environ[JAVA_OPTIONS_ENV] = given
 
 
+# The driver's class-data archive (AppCDS): where it is and the options that map it.
+# `class_archive` builds it (and says why); it imports this module, not the reverse.
+ARCHIVE_ENV = "P2PANDA_CLASS_ARCHIVE"  # a path, or "off"
+OFF = "off"
+# Unified logging of the class-data sharing tags: a mismatched archive is ignored quietly.
+QUIET = "-Xlog:cds*=off"
+ARCHIVE_DIR = Path(sys.prefix) / "var" / "p2panda-assets"  # the default's directory
+
+
+def java_binary() -> Path | None:
+    """The `java` Spark's launcher runs: `$JAVA_HOME/bin/java`, else the one on PATH."""
+    home = os.environ.get("JAVA_HOME")
+    found = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+    return Path(found).resolve() if found and Path(found).exists() else None
+
+
+def archive_path() -> Path | None:
+    """Where this installation's archive is (or would be): P2PANDA_CLASS_ARCHIVE, else
+    under the Python environment, named by what it depends on (the JVM binary and the
+    Spark jars), so that an upgrade of either names a new one. None: turned off, or no
+    Java."""
+    setting = os.environ.get(ARCHIVE_ENV, "")
+    if setting == OFF:
+        return None
+    if setting:
+        return Path(setting)
+    java = java_binary()
+    if java is None:
+        return None
+    stat = java.stat()
+    spark = Path(pyspark.__file__).resolve().parent
+    identity = f"{java}:{stat.st_size}:{stat.st_mtime_ns}:{spark}:{pyspark.__version__}"
+    key = hashlib.sha256(identity.encode()).hexdigest()[:16]
+    return ARCHIVE_DIR / f"spark-{key}.jsa"
+
+
+def archive_options() -> list[str]:
+    """The driver JVM's options that map the archive, if there is one (Spark splits
+    the options at spaces, so a path with one is not used)."""
+    path = archive_path()
+    if path is None or not path.is_file() or " " in str(path):
+        return []
+    return [f"-XX:SharedArchiveFile={path}", QUIET]
+
+
 def driver_java_options(archive: bool = True) -> str:
     """The driver JVM's options: the product's, this installation's class archive (if
-    `archive` and one is built: `class_archive`), then P2PANDA_SPARK_JAVA_OPTIONS."""
+    `archive` and one is built: `archive_options`), then P2PANDA_SPARK_JAVA_OPTIONS."""
     # The driver logs errors only, on stderr: the package's log4j2.properties, named by
     # a file URI (no spaces for Spark to split the Java options at).
     log4j2 = (Path(__file__).resolve().parents[1] / "log4j2.properties").as_uri()
