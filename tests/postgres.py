@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import psycopg
+from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from p2panda_assets.store.embedded import stop_embedded
@@ -33,3 +36,18 @@ def embedded_home() -> Iterator[Path]:
     finally:
         stop_embedded(home)
         shutil.rmtree(home, ignore_errors=True)
+
+
+def throwaway_role(url: str) -> Iterator[str]:
+    """A role name of one test's own, for `panda api-role` (roles belong to the server,
+    which the tests share, not to their database); the role is dropped afterwards, with
+    its privileges and default privileges in the database of `url`."""
+    name = f"app_{secrets.token_hex(4)}"
+    try:
+        yield name
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            role = sql.Identifier(name)
+            if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,)).fetchone():
+                conn.execute(sql.SQL("DROP OWNED BY {}").format(role))
+                conn.execute(sql.SQL("DROP ROLE {}").format(role))

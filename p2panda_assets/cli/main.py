@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from p2panda_assets.cli import (
+    api_role_cmd,
     check_cmd,
     demo_cmd,
     entry_cmd,
@@ -64,6 +65,7 @@ COMMANDS = (
     check_cmd,
     entry_cmd,
     server_cmd,
+    api_role_cmd,
     demo_cmd,
 )
 

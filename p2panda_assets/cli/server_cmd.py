@@ -6,6 +6,10 @@ time, stop it cleanly (a fast shutdown: open sessions are rolled back, a checkpo
 written) and say whether it runs. `status` exits 0 when it runs and 3 when it does not,
 as `pg_ctl status` and `panda check` do. With `P2PANDA_DATABASE_URL` set the product
 uses that server instead, and the commands say so.
+
+The embedded server's URL carries its password (every connection needs it, issue 49):
+`start` and `status` print it whole, for the operator who runs `dagster dev` or psql by
+hand; an external server's password is never shown.
 """
 
 from __future__ import annotations
@@ -63,7 +67,7 @@ def run_stop(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    from p2panda_assets.store.embedded import embedded_status
+    from p2panda_assets.store.embedded import embedded_status, layout
 
     external = _external_url()
     status = embedded_status()
@@ -81,7 +85,10 @@ def run_status(args: argparse.Namespace) -> int:
         print(f"port: {remembered}")
     created = "" if status.data.exists() else " (not created yet)"
     print(f"data directory: {status.data}{created}")
-    print(f"url: {status.url or '-'}")
+    print(f"url: {status.url or '-'}")  # with the password: what an operator connects with
+    password_file = layout().password_file
+    kept = "" if password_file.exists() else " (not created yet)"
+    print(f"password file: {password_file}{kept}")
     print(f"log: {status.log}")
     return 0 if status.running else EXIT_NOT_RUNNING
 

@@ -7,8 +7,17 @@ TCP. The server listens on 127.0.0.1 at a port chosen at first start and remembe
 so later commands, Dagster and Spark all reuse it. A file lock makes concurrent starts
 safe. PostgreSQL refuses to run as root: then the server runs as a dedicated system user.
 
+Every connection, over TCP or the Unix socket, must give the password of the database
+user (`scram-sha-256` in pg_hba.conf): without it, any local user could connect as the
+superuser. The password is generated at initdb and kept in `$P2PANDA_HOME/postgres/password`
+(0600, the caller's; as root, root's, which the server's user cannot read: it never needs
+to), and the URL `ensure_embedded` returns carries it, so psycopg, Dagster's storage and
+Spark's JDBC reads (`database.jdbc_options`) all use it. A data dir made before (initdb
+`--auth=trust`) is upgraded in place at its next start: the password is set while trust
+still lets us in, then pg_hba.conf is rewritten and reloaded.
+
 Layout under `$P2PANDA_HOME/postgres/`: `data/` (PGDATA), `run/` (socket and log, owned
-by the server's user), `port`, `lock`.
+by the server's user), `port`, `password`, `lock`.
 """
 
 from __future__ import annotations
@@ -17,19 +26,24 @@ import fcntl
 import importlib.util
 import os
 import pwd
+import re
 import shlex
 import socket
 import stat
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 import psycopg
+from psycopg import sql
 
-from p2panda_assets.home import ensure_home, p2panda_home
+from p2panda_assets.home import ensure_home, p2panda_home, write_private_file
+from p2panda_assets.store.passwords import new_password, password_verifier
 
 SYSTEM_USER = "p2panda-pg"  # runs the server when we are root
 DATABASE_USER = "postgres"
@@ -38,6 +52,8 @@ HOST = "127.0.0.1"
 START_TIMEOUT = 60  # seconds pg_ctl waits for the server to accept connections
 START_ATTEMPTS = 3  # a free port can be taken between choosing it and binding it
 MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes; ".s.PGSQL.65535.lock" must fit
+AUTH_METHOD = "scram-sha-256"  # pg_hba.conf's method for every line, local and host
+RELOAD_TIMEOUT = 10.0  # seconds for a reloaded pg_hba.conf to refuse a password-less login
 
 
 class EmbeddedError(RuntimeError):
@@ -70,13 +86,32 @@ class Layout:
     def lock_file(self) -> Path:
         return self.root / "lock"
 
+    @property
+    def password_file(self) -> Path:
+        return self.root / "password"
+
+    @property
+    def hba_file(self) -> Path:
+        return self.data / "pg_hba.conf"
+
 
 def layout(home: Path | None = None) -> Layout:
     return Layout((home or p2panda_home()).resolve() / "postgres")
 
 
-def url_for_port(port: int) -> str:
-    return f"postgresql://{DATABASE_USER}@{HOST}:{port}/{DATABASE_NAME}"
+def url_for_port(port: int, password: str | None = None) -> str:
+    """The server's URL; with the password (percent-encoded) when one is known."""
+    user = DATABASE_USER if password is None else f"{DATABASE_USER}:{quote(password, safe='')}"
+    return f"postgresql://{user}@{HOST}:{port}/{DATABASE_NAME}"
+
+
+def read_password(where: Layout) -> str | None:
+    """The database user's password from its file; None if there is none (yet)."""
+    try:
+        text = where.password_file.read_text().strip()
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        return None
+    return text or None
 
 
 def ensure_embedded(home: Path | None = None) -> str:
@@ -93,9 +128,12 @@ def ensure_embedded(home: Path | None = None) -> str:
                 # every checkpoint): keep the way to its data dir open, should anything
                 # have closed it since it started.
                 _make_traversable(where.data, user)
-            return url_for_port(port)
-        _prepare(where, user)
-        return url_for_port(_start(where, user))
+        else:
+            _prepare(where, user)
+            port = _start(where, user)
+        if _trusting(where):
+            _require_password(where, user, port)
+        return url_for_port(port, read_password(where))
 
 
 def stop_embedded(home: Path | None = None) -> bool:
@@ -124,10 +162,14 @@ class ServerStatus:
     port: int | None  # the port it listens on; stopped: the one it will try first
     data: Path
     log: Path
+    password: str | None = None  # from the password file, if it could be read
 
     @property
     def url(self) -> str | None:
-        return url_for_port(self.port) if self.running and self.port is not None else None
+        """The URL to connect with (password included), while the server runs."""
+        if not self.running or self.port is None:
+            return None
+        return url_for_port(self.port, self.password)
 
 
 def embedded_status(home: Path | None = None) -> ServerStatus:
@@ -135,7 +177,8 @@ def embedded_status(home: Path | None = None) -> ServerStatus:
     where = layout(home)
     port = running_port(where)
     if port is not None:
-        return ServerStatus(True, _postmaster_pid(where), port, where.data, where.log)
+        pid = _postmaster_pid(where)
+        return ServerStatus(True, pid, port, where.data, where.log, read_password(where))
     return ServerStatus(False, None, _remembered_port(where), where.data, where.log)
 
 
@@ -174,13 +217,25 @@ def _postmaster_pid(where: Layout) -> int | None:
 def _answers_as(where: Layout, port: int) -> bool:
     """Does the server on `port` answer, and is it the one serving our data dir?"""
     try:
-        with psycopg.connect(
-            host=HOST, port=port, user=DATABASE_USER, dbname=DATABASE_NAME, connect_timeout=5
-        ) as conn:
+        with _connect(where, port) as conn:
             row = conn.execute("SHOW data_directory").fetchone()
     except psycopg.Error:
         return False
     return row is not None and Path(row[0]).resolve() == where.data.resolve()
+
+
+def _connect(where: Layout, port: int) -> psycopg.Connection:
+    """A connection as the database user, with the password if one is known (a server
+    that still trusts every connection ignores it)."""
+    return psycopg.connect(
+        host=HOST,
+        port=port,
+        user=DATABASE_USER,
+        dbname=DATABASE_NAME,
+        password=read_password(where),
+        connect_timeout=5,
+        autocommit=True,
+    )
 
 
 # --- preparing and starting --------------------------------------------------------
@@ -205,18 +260,134 @@ def _initdb(where: Layout, user: pwd.struct_passwd | None) -> None:
     where.data.mkdir(mode=0o700, exist_ok=True)
     if user is not None:
         os.chown(where.data, user.pw_uid, user.pw_gid)
+    # initdb runs as the server's user, who cannot read the (root's) password file: it
+    # gets a copy of its own in run/, removed as soon as initdb has read it.
+    pwfile = where.run / "initdb-password"
+    write_private_file(pwfile, _password(where) + "\n")
+    if user is not None:
+        os.chown(pwfile, user.pw_uid, user.pw_gid)
     command = [
         str(bin_path() / "initdb"),
         "-D",
         str(where.data),
-        "--auth=trust",
+        f"--auth={AUTH_METHOD}",
+        f"--pwfile={pwfile}",
         "-U",
         DATABASE_USER,
         "-E",
         "UTF8",
         "--locale=C",  # no dependency on the host's installed locales
     ]
-    _run(command, user, cwd=where.root)
+    try:
+        _run(command, user, cwd=where.root)
+    finally:
+        pwfile.unlink(missing_ok=True)
+
+
+def _password(where: Layout) -> str:
+    """The database user's password: the one in its file, else a new one written there
+    (0600, renamed into place so that a reader never sees half of it)."""
+    known = read_password(where)
+    if known is not None:
+        return known
+    password = new_password()
+    fresh = where.password_file.with_name("password.new")
+    write_private_file(fresh, password + "\n")
+    os.replace(fresh, where.password_file)
+    return password
+
+
+# --- upgrading a data dir that trusts every connection ----------------------------
+
+_CONNECTION_TYPES = ("local", "host", "hostssl", "hostnossl", "hostgssenc", "hostnogssenc")
+_TRUST = re.compile(r"(?<=\s)trust(?=\s|$)")
+
+
+def _hba_lines_trusting(text: str) -> list[int]:
+    """The numbers of pg_hba.conf's lines whose method is `trust`."""
+    found = []
+    for number, line in enumerate(text.splitlines()):
+        rule = line.split("#", 1)[0]
+        fields = rule.split()
+        if fields and fields[0] in _CONNECTION_TYPES and _TRUST.search(rule):
+            found.append(number)
+    return found
+
+
+def _trusting(where: Layout) -> bool:
+    """Does pg_hba.conf let any connection in without a password (made before issue 49)?"""
+    try:
+        return bool(_hba_lines_trusting(where.hba_file.read_text()))
+    except OSError:
+        return False  # not ours to read: nothing we could upgrade
+
+
+def _require_password(where: Layout, user: pwd.struct_passwd | None, port: int) -> None:
+    """Upgrade a running server that trusts every connection, in place, losing nothing:
+    set the password while trust still lets us in, then demand it in pg_hba.conf and
+    reload. The password file is written first, so that an upgrade cut short is
+    finished by the next start with the same password."""
+    password = _password(where)
+    with _connect(where, port) as conn:
+        verifier = password_verifier(conn, DATABASE_USER, password)
+        conn.execute(
+            sql.SQL("ALTER ROLE {} PASSWORD {}").format(
+                sql.Identifier(DATABASE_USER), sql.Literal(verifier)
+            )
+        )
+        _rewrite_hba(where, user)
+        conn.execute("SELECT pg_reload_conf()")
+    _wait_for_password_auth(where, port)
+
+
+def _rewrite_hba(where: Layout, user: pwd.struct_passwd | None) -> None:
+    """pg_hba.conf with `scram-sha-256` where it said `trust`, every other line kept;
+    written beside it and renamed into place, owned by the server's user."""
+    lines = where.hba_file.read_text().splitlines(keepends=True)
+    for number in _hba_lines_trusting("".join(lines)):
+        rule, hash_, comment = lines[number].partition("#")
+        lines[number] = _TRUST.sub(AUTH_METHOD, rule) + hash_ + comment
+    fresh = where.hba_file.with_name("pg_hba.conf.new")
+    write_private_file(fresh, "".join(lines))
+    if user is not None:
+        os.chown(fresh, user.pw_uid, user.pw_gid)
+    os.replace(fresh, where.hba_file)
+
+
+def _wait_for_password_auth(where: Layout, port: int) -> None:
+    """Return once the server refuses a login without the password (a reload is
+    asynchronous: the postmaster rereads pg_hba.conf when it gets to the signal)."""
+    deadline = time.monotonic() + RELOAD_TIMEOUT
+    while time.monotonic() < deadline:
+        if refuses_without_password(port):
+            return
+        time.sleep(0.1)
+    raise EmbeddedError(
+        f"{where.hba_file} demands a password, but the server still lets logins in without"
+        f" one after a reload; see {where.log}"
+    )
+
+
+def refuses_without_password(port: int, host: str = HOST) -> bool:
+    """Does the server on `port` refuse the database user a login without a password?
+    (Neither PGPASSWORD nor a password file is looked at: `/dev/null/none` cannot exist,
+    and libpq warns about /dev/null itself, which is no plain file.)"""
+    try:
+        with psycopg.connect(
+            host=host,
+            port=port,
+            user=DATABASE_USER,
+            dbname=DATABASE_NAME,
+            password="",
+            passfile=os.path.join(os.devnull, "none"),
+            connect_timeout=5,
+        ):
+            return False
+    except psycopg.OperationalError as error:
+        return "password" in str(error)
+
+
+# --- starting ----------------------------------------------------------------------
 
 
 def _start(where: Layout, user: pwd.struct_passwd | None) -> int:
@@ -299,8 +470,8 @@ def _remove_stale_pid_file(where: Layout) -> None:
         return  # absent, or dead: PostgreSQL handles a dead pid by itself
     if _is_our_postmaster(pid, where):
         raise EmbeddedError(
-            f"a postgres process (pid {pid}) serves {where.data} but does not answer; "
-            f"see {where.log}"
+            f"a postgres process (pid {pid}) serves {where.data} but does not answer"
+            f" (or refuses the password in {where.password_file}); see {where.log}"
         )
     (where.data / "postmaster.pid").unlink()
 

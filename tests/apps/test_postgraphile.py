@@ -2,7 +2,9 @@
 serves them. Their smart comments give each view a primary key (`_instance_id`) and a
 foreign key per single relation, so an app fetches one slothmail by its instance id and
 follows its recipient to the profile; the schema's description stays the type's, and an
-author's description adds no tag."""
+author's description adds no tag. PostGraphile connects as an API role (`panda api-role`,
+issue 49), which reads the views, also those made again after it was created, and
+nothing else."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from pyspark.sql import SparkSession
 
 from p2panda_assets.store.views import smart_comment
 from tests.coordination.story import Panda, Story, ok, panda_runner, write_story
+from tests.postgres import throwaway_role
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache" / "postgraphile-4"  # gitignored; kept between sessions
@@ -45,6 +48,7 @@ def mail_query(selection: str) -> str:
 
 
 TYPE = "query ($name: String!) { __type(name: $name) { description fields { name } } }"
+TABLE = "SELECT table_name FROM p2panda.schemas WHERE name = 'slothmail'"
 
 
 @pytest.fixture(scope="session")
@@ -150,6 +154,11 @@ def panda(
     return panda_runner(capsys)
 
 
+@pytest.fixture
+def role(database_url: str) -> Iterator[str]:
+    yield from throwaway_role(database_url)
+
+
 @pytest.mark.spark
 @pytest.mark.postgres
 @pytest.mark.e2e
@@ -157,7 +166,7 @@ def test_a_slothmail_by_its_instance_id_and_its_recipients_profile(
     postgraphile_modules: Path,  # first: without npm, skip before Spark starts
     panda: Panda,
     conn: psycopg.Connection,
-    database_url: str,
+    role: str,
     tmp_path: Path,
 ) -> None:
     # The story with its revert (slothmail version 5): beside recipient, a single relation
@@ -167,8 +176,11 @@ def test_a_slothmail_by_its_instance_id_and_its_recipients_profile(
     story.serve(panda)
     mail, sloth = story.ids["with attachment"], story.ids["sloth"]
     rows = {row[0] for row in conn.execute("SELECT _instance_id FROM p2panda_api.slothmail")}
+    app_url = ok(panda("api-role", role)).splitlines()[-1]  # the app's role: views only
+    with psycopg.connect(app_url) as app, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        app.execute(f"SELECT * FROM {conn.execute(TABLE).fetchone()[0]}")
 
-    with postgraphile(postgraphile_modules, database_url, tmp_path / "plain.log") as graphql:
+    with postgraphile(postgraphile_modules, app_url, tmp_path / "plain.log") as graphql:
         found = graphql(mail_query(RECIPIENT), id=mail)["slothmailByInstanceId"]
         assert {k: found[k] for k in ("_instanceId", "subject", "recipient")} == {
             "_instanceId": mail,
@@ -193,7 +205,7 @@ def test_a_slothmail_by_its_instance_id_and_its_recipients_profile(
     # names its view quoted, and PostGraphile reads it back.
     author_hex, log_id = story.author.schema_id("profile").rsplit("-", 1)
     ok(panda("register", author_hex, log_id, "--name", "sloth's profile page"))
-    with postgraphile(postgraphile_modules, database_url, tmp_path / "quoted.log") as graphql:
+    with postgraphile(postgraphile_modules, app_url, tmp_path / "quoted.log") as graphql:
         _, fields = graphql.fields("Slothmail")
         relation = [f for f in fields if f.endswith("ByRecipient")]
         assert len(relation) == 1
@@ -203,7 +215,7 @@ def test_a_slothmail_by_its_instance_id_and_its_recipients_profile(
     # A name a smart tag cannot carry (PostGraphile's spec splits on parentheses): no
     # foreign key, and the API still builds, with the primary key.
     ok(panda("register", author_hex, log_id, "--name", "profile (v1)"))
-    with postgraphile(postgraphile_modules, database_url, tmp_path / "untaggable.log") as graphql:
+    with postgraphile(postgraphile_modules, app_url, tmp_path / "untaggable.log") as graphql:
         _, fields = graphql.fields("Slothmail")
         assert [f for f in fields if "By" in f] == []
         found = graphql(mail_query(""), id=mail)

@@ -12,7 +12,13 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from p2panda_assets.store.embedded import ensure_embedded, layout, running_port, stop_embedded
+from p2panda_assets.store.embedded import (
+    ensure_embedded,
+    layout,
+    read_password,
+    running_port,
+    stop_embedded,
+)
 from tests.postgres import embedded_home
 
 pytestmark = pytest.mark.postgres
@@ -39,7 +45,8 @@ def test_embedded_server_starts_reuses_and_stops(home: Path) -> None:
     assert len(urls) == 1
     url = urls.pop()
     port = port_of(url)
-    assert url == f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    password = read_password(layout(home))  # issue 49: the URL carries it
+    assert url == f"postgresql://postgres:{password}@127.0.0.1:{port}/postgres"
     assert layout(home).port_file.read_text().strip() == str(port)
     pid = postmaster_pid(home)
     assert ensure_embedded(home) == url and postmaster_pid(home) == pid  # no second server

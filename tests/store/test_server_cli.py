@@ -11,7 +11,7 @@ import pytest
 from p2panda_assets.cli.main import main
 from p2panda_assets.cli.server_cmd import EXIT_NOT_RUNNING, redacted
 from p2panda_assets.store.database import DATABASE_URL_ENV
-from p2panda_assets.store.embedded import layout, running_port
+from p2panda_assets.store.embedded import layout, read_password, running_port
 from tests.postgres import embedded_home
 
 pytestmark = pytest.mark.postgres
@@ -44,13 +44,15 @@ def test_status_start_stop(capsys, home: Path) -> None:
         "port": "-",
         "data directory": f"{data} (not created yet)",
         "url": "-",
+        "password file": f"{layout(home).password_file} (not created yet)",
         "log": str(layout(home).log),
     }
 
     code, out, err = run(capsys, "server", "start")
     assert (code, err) == (0, "")
     port = running_port(layout(home))
-    url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    password = read_password(layout(home))  # issue 49: the URL carries it
+    url = f"postgresql://postgres:{password}@127.0.0.1:{port}/postgres"
     assert out == f"started: {url}\n"
     assert run(capsys, "server", "start") == (0, f"already running: {url}\n", "")
 
@@ -59,6 +61,7 @@ def test_status_start_stop(capsys, home: Path) -> None:
     assert code == 0
     assert shown["embedded server"] == "running"
     assert (shown["port"], shown["url"], shown["data directory"]) == (str(port), url, str(data))
+    assert shown["password file"] == str(layout(home).password_file)
     pid = int((data / "postmaster.pid").read_text().split()[0])
     assert shown["pid"] == str(pid)
     with psycopg.connect(url) as conn:
