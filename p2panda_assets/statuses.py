@@ -36,6 +36,13 @@ class BuildStatus(StrEnum):
     UNCHANGED = "unchanged"  # built from the same index already: nothing written
 
 
+class BuildPath(StrEnum):
+    """Where a build's data work ran (`pipeline.increment_paths`)."""
+
+    SPARK = "spark"  # Spark jobs: whole builds, large increments
+    DRIVER = "driver"  # the process running the build, with pyarrow: small increments
+
+
 class Assignment(StrEnum):
     """`p2panda.logs.assignment`: how the index step assigned a log to a schema."""
 

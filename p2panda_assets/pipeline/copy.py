@@ -161,80 +161,122 @@ def copy_partitions(
     scan of the frame: each more is another Spark job, and another read of what it
     reads. Rows are gathered over batches and written a destination at a time
     (`FLUSH_ROWS`, `FLUSH_BYTES`)."""
-    flush_rows, flush_bytes = FLUSH_ROWS, FLUSH_BYTES  # the workers get them with `write`
+    with job_ledger(url) as ledger:
+        # The thresholds as the driver has them now: the workers get them with the call.
+        write = partial(
+            copy_batches,
+            url=url,
+            targets=targets,
+            tally=tally,
+            derived=derived,
+            ledger=ledger,
+            thresholds=(FLUSH_ROWS, FLUSH_BYTES),
+        )
+        results = frame.mapInArrow(write, RESULT_SPARK).collect()
+    return copy_result(results)
 
-    def write(batches: Iterator[pa.RecordBatch], ledger: Stage) -> Iterator[pa.RecordBatch]:
-        written: dict[str, int] = {}
-        errors: dict[str, str] = {}
-        tallies: dict[str, Counter[str]] = {}
-        waiting: dict[str, list[bytes]] = {}  # dest -> pickled rows
-        more_waiting: list[list[Sequence[object]]] = [[] for _ in derived]
-        # One transaction for the task, once (`task_transaction`): whichever attempt of it
-        # Spark runs, its rows are written once. Each COPY in a savepoint of it: one
-        # destination fails alone.
-        with (
-            psycopg.connect(url, autocommit=True) as conn,
-            task_transaction(conn, ledger) as attempt,
-        ):
-            if attempt.recorded is not None:
-                deque(batches, maxlen=0)  # its input read all the same, as by any task
-                yield batch_of(attempt.recorded, RESULT_ARROW)
-                return
 
-            def flush() -> None:
-                for dest, pickled in sorted(waiting.items()):
-                    if dest in errors:
-                        continue
-                    rows = map(pickle.loads, pickled)
-                    try:
-                        with conn.transaction():
-                            copied = copy_rows(conn, targets[dest], rows)
-                        written[dest] = written.get(dest, 0) + copied
-                    except Exception as error:  # one destination fails, not the partition
-                        errors[dest] = f"{type(error).__name__}: {error}".strip()
-                waiting.clear()
-                for more, rows_of_more in zip(derived, more_waiting, strict=True):
-                    copy_rows(conn, more.target, rows_of_more)
-                    rows_of_more.clear()
+def copy_locally(
+    batches: Iterable[pa.RecordBatch],
+    url: str,
+    targets: dict[str, Target],
+    tally: str | None = None,
+    derived: Sequence[Derived] = (),
+) -> CopyResult:
+    """`copy_partitions` of Arrow batches the driver holds (the driver path): the same
+    writer, over one connection, in one transaction, without a ledger (nothing retries
+    the driver)."""
+    thresholds = (FLUSH_ROWS, FLUSH_BYTES)
+    results = copy_batches(iter(batches), url, targets, tally, derived, None, thresholds)
+    return copy_result(row for batch in results for row in batch.to_pylist())
 
-            count = size = 0
-            for batch in batches:
-                columns = batch.to_pydict()
-                if tally is not None:
-                    for dest, values in zip(columns["dest"], columns[tally], strict=True):
-                        if dest is not None:
-                            tallies.setdefault(dest, Counter()).update(values or ())
-                for dest, row in zip(columns["dest"], columns["row"], strict=True):
-                    if dest is not None and dest not in errors:
-                        waiting.setdefault(dest, []).append(row)
-                        count += 1
-                        size += len(row)
-                for more, rows_of_more in zip(derived, more_waiting, strict=True):
-                    before = len(rows_of_more)
-                    rows_of_more.extend(more.rows_of(columns))
-                    count += len(rows_of_more) - before
-                if count >= flush_rows or size >= flush_bytes:
-                    flush()
-                    count = size = 0
-            flush()
-            dests = sorted(written.keys() | errors.keys() | tallies.keys())
-            result = pa.RecordBatch.from_pydict(
-                {
-                    "dest": dests,
-                    "rows": [written.get(d, 0) for d in dests],
-                    "error": [errors.get(d) for d in dests],
-                    "tally": [json.dumps(tallies.get(d, {})) for d in dests],
-                },
-                schema=RESULT_ARROW,
-            )
-            attempt.result = batch_bytes(result)
-        yield result
 
+def copy_batches(
+    batches: Iterator[pa.RecordBatch],
+    url: str,
+    targets: dict[str, Target],
+    tally: str | None,
+    derived: Sequence[Derived],
+    ledger: Stage | None,
+    thresholds: tuple[int, int],
+) -> Iterator[pa.RecordBatch]:
+    """The writer of one partition's batches (`copy_partitions`): one result batch of
+    rows written, the first error and the tally, by destination. `thresholds`: the rows
+    and bytes of table rows gathered before they are written."""
+    flush_rows, flush_bytes = thresholds
+    written: dict[str, int] = {}
+    errors: dict[str, str] = {}
+    tallies: dict[str, Counter[str]] = {}
+    waiting: dict[str, list[bytes]] = {}  # dest -> pickled rows
+    more_waiting: list[list[Sequence[object]]] = [[] for _ in derived]
+    # One transaction for the task, once (`task_transaction`): whichever attempt of it
+    # Spark runs, its rows are written once. Each COPY in a savepoint of it: one
+    # destination fails alone.
+    with (
+        psycopg.connect(url, autocommit=True) as conn,
+        task_transaction(conn, ledger) as attempt,
+    ):
+        if attempt.recorded is not None:
+            deque(batches, maxlen=0)  # its input read all the same, as by any task
+            yield batch_of(attempt.recorded, RESULT_ARROW)
+            return
+
+        def flush() -> None:
+            for dest, pickled in sorted(waiting.items()):
+                if dest in errors:
+                    continue
+                rows = map(pickle.loads, pickled)
+                try:
+                    with conn.transaction():
+                        copied = copy_rows(conn, targets[dest], rows)
+                    written[dest] = written.get(dest, 0) + copied
+                except Exception as error:  # one destination fails, not the partition
+                    errors[dest] = f"{type(error).__name__}: {error}".strip()
+            waiting.clear()
+            for more, rows_of_more in zip(derived, more_waiting, strict=True):
+                copy_rows(conn, more.target, rows_of_more)
+                rows_of_more.clear()
+
+        count = size = 0
+        for batch in batches:
+            columns = batch.to_pydict()
+            if tally is not None:
+                for dest, values in zip(columns["dest"], columns[tally], strict=True):
+                    if dest is not None:
+                        tallies.setdefault(dest, Counter()).update(values or ())
+            for dest, row in zip(columns["dest"], columns["row"], strict=True):
+                if dest is not None and dest not in errors:
+                    waiting.setdefault(dest, []).append(row)
+                    count += 1
+                    size += len(row)
+            for more, rows_of_more in zip(derived, more_waiting, strict=True):
+                before = len(rows_of_more)
+                rows_of_more.extend(more.rows_of(columns))
+                count += len(rows_of_more) - before
+            if count >= flush_rows or size >= flush_bytes:
+                flush()
+                count = size = 0
+        flush()
+        dests = sorted(written.keys() | errors.keys() | tallies.keys())
+        result = pa.RecordBatch.from_pydict(
+            {
+                "dest": dests,
+                "rows": [written.get(d, 0) for d in dests],
+                "error": [errors.get(d) for d in dests],
+                "tally": [json.dumps(tallies.get(d, {})) for d in dests],
+            },
+            schema=RESULT_ARROW,
+        )
+        attempt.result = batch_bytes(result)
+    yield result
+
+
+def copy_result(results: Iterable[Any]) -> CopyResult:
+    """The partitions' result rows (`RESULT_ARROW`: Spark rows, or dicts) summed by
+    destination."""
     rows: dict[str, int] = {}
     errors: dict[str, str] = {}
     tallies: dict[str, dict[str, int]] = {}
-    with job_ledger(url) as ledger:
-        results = frame.mapInArrow(partial(write, ledger=ledger), RESULT_SPARK).collect()
     for result in results:
         dest = result["dest"]
         rows[dest] = rows.get(dest, 0) + result["rows"]

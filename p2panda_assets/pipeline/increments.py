@@ -172,11 +172,13 @@ def message_digests(sums: LayerSums, built: Mapping[str, int]) -> dict[str, Dige
 class BuildPlan:
     """What each schema of a build will be built from (`states`, recorded with its
     table), which of them are incremental (schema -> batch its table holds), and which
-    are built whole before the increments (`first`; the others after them)."""
+    are built whole before the increments (`first`; the others after them), and how
+    many new messages the increments add (`new_messages`: what sizes their path)."""
 
     states: dict[str, BuildState]
     increments: dict[str, int]
     first: frozenset[str] = frozenset()
+    new_messages: int = 0
 
 
 def plan_builds(
@@ -218,7 +220,8 @@ def plan_builds(
     last = cascading_from(catalog, whole, set(increments))
     for schema_id in cascading_from(catalog, increments, last):
         del increments[schema_id]
-    return BuildPlan(states, increments, frozenset(whole - last))
+    new = sum(digests[s].new for s in increments)
+    return BuildPlan(states, increments, frozenset(whole - last), new)
 
 
 def cascade_sources(catalog: Catalog, schema_id: str) -> tuple[str, ...]:

@@ -18,33 +18,24 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 import psycopg
-from pyspark.sql import Column, DataFrame, Row, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from p2panda_assets.engine.compatibility import history_compatibility
 from p2panda_assets.engine.corpus import (
     Catalog,
 )
-from p2panda_assets.engine.lens import Lens
 from p2panda_assets.engine.readiness import other_upstream, unbuilt_upstream
 from p2panda_assets.engine.relations import BuildOrder
 from p2panda_assets.errors import Pending, Reason
 from p2panda_assets.failpoints import Failpoint, failpoint
-from p2panda_assets.pipeline.cascades import DELETED_DDL, deleted_instances, stored_deleted
+from p2panda_assets.pipeline.cascades import deleted_instances, stored_deleted
 from p2panda_assets.pipeline.columns import pg_type
-from p2panda_assets.pipeline.copy import (
-    ACCOUNT_COLUMNS,
-    DELETED_COLUMNS,
-    CopyResult,
-    Derived,
-    Target,
-    copy_partitions,
-    copy_type,
-)
+from p2panda_assets.pipeline.increment_paths import choose_steps
 from p2panda_assets.pipeline.increments import (
-    BROADCAST_KEYS,
     Again,
     BuildPlan,
     cascade_increments,
@@ -53,24 +44,18 @@ from p2panda_assets.pipeline.increments import (
     cascading_from,
     layer_sums,
     layers_after,
-    new_keys,
     plan_builds,
     reached_rows,
-    touched_messages,
 )
 from p2panda_assets.pipeline.index import IndexResult
 from p2panda_assets.pipeline.jvm_failures import jvm_failures_explained
-from p2panda_assets.pipeline.layers import read_layers
-from p2panda_assets.pipeline.local_frames import local_frame
 from p2panda_assets.pipeline.reduction import (
-    ACCOUNTED,
-    accounts_of,
-    deleted_of,
     reduce_instance_logs,
 )
 from p2panda_assets.pipeline.spark import sized_for_the_store
+from p2panda_assets.pipeline.staging import row_target, stage_reduced
 from p2panda_assets.protocol.ids import checked_schema_id
-from p2panda_assets.statuses import Assignment, BuildStatus
+from p2panda_assets.statuses import Assignment, BuildPath, BuildStatus
 from p2panda_assets.store import tables
 from p2panda_assets.store.pipeline_state import (
     Stage,
@@ -81,9 +66,6 @@ from p2panda_assets.store.pipeline_state import (
 )
 from p2panda_assets.store.registry import table_name_for, version_table_name_for
 from p2panda_assets.store.tables import BuildState, Outcome
-
-# The system columns as the binary COPY names their types, from the one table of them.
-SYSTEM_TYPES = tuple(copy_type(pg) for _, pg in tables.SYSTEM_COLUMNS)
 
 
 def ordered(schema_ids: Sequence[str], order: BuildOrder) -> list[str]:
@@ -322,6 +304,7 @@ def _build(
         for outcome in built:
             if outcome.schema_id not in failed:  # its stage is its table now
                 stages.pop(outcome.schema_id, None)
+                outcome.path = BuildPath.SPARK
     finally:
         drop_tables(conn, [*stages.values(), accounts, deleted_stage])
         # What this build persisted (the reduction, the cascade's rounds): the session
@@ -407,27 +390,20 @@ def _build_increments(
 ) -> list[Outcome]:
     """Add what is new to the tables of `outcomes` (`pipeline.increments`): the
     instances new messages name, and the rows a delete among them, or among
-    `deleted_anew` (by the whole builds before), may reach, are reduced again in one
-    Spark job for all schemas, and replace their old rows, accounts and deleted ids,
-    schema by schema. The outcomes of the schemas that must be built whole after all
-    come back."""
+    `deleted_anew` (by the whole builds before), may reach, are reduced again together
+    for all schemas, in Spark or, for a small increment, in the driver
+    (`increment_paths`), and replace their old rows, accounts and deleted ids, schema
+    by schema. The outcomes of the schemas that must be built whole after all come back."""
     by_id = {o.schema_id: o for o in outcomes}
-    decoded = index.decoded(spark)
-    assert decoded is not None  # a table was built from it before
     token = secrets.token_hex(6)
     stages: dict[str, Stage] = {}
     accounts = None
-    broadcast = spark.sparkContext.broadcast(catalog)
+    steps = choose_steps(spark, index, catalog, plan.new_messages)
     try:
         after = min(plan.increments.values())
-        newer = layers_after(conn, index.layers, after)
-        recent = read_layers(spark, [index.warehouse.chained(run) for run in newer])
-        keys = new_keys(recent, after) | deleted_anew
+        keys = steps.new_keys(layers_after(conn, index.layers, after), after) | deleted_anew
         keys |= reached_rows(conn, catalog, list(by_id), keys)
-        touched = touched_messages(decoded, plan.increments, keys)
-        reduced, rows = reduce_instance_logs(
-            touched, decoded, broadcast, ["error", "instance", "before"], incremental=True
-        )
+        rows = steps.reduce(plan.increments, keys)
         ok, again, before = _reduced_again(conn, rows, by_id)
         targets = {t for s in ok for t in cascade_targets(catalog, s) if t is not None}
         stored = stored_deleted(conn, sorted(targets | set(ok)))
@@ -436,10 +412,9 @@ def _build_increments(
         _row_stages(conn, catalog, [by_id[s] for s in ok], token, stages, None)
         ok = [s for s in ok if s in stages]
         accounts = tables.create_shared_stage(conn, f"stage_{token}_accounts", "accounts")
-        gone_rows = [(s, h) for s in ok for h in deleted_now[s]]
-        gone = local_frame(spark, gone_rows, DELETED_DDL)
-        row_targets = {s: _row_target(stages[s], catalog.histories[s].lens) for s in ok}
-        result = _stage_reduced(url, reduced, ok, (gone, len(gone_rows)), row_targets, accounts)
+        gone = [(s, h) for s in ok for h in deleted_now[s]]
+        row_targets = {s: row_target(stages[s], catalog.histories[s].lens) for s in ok}
+        result = steps.stage(url, ok, gone, row_targets, accounts)
         for schema_id, error in result.errors.items():
             _fail(conn, by_id[schema_id], f"writing rows failed: {error}", None)
         tables.index_shared_stage(conn, accounts)
@@ -447,7 +422,7 @@ def _build_increments(
             outcome = by_id[schema_id]
             if outcome.status is BuildStatus.FAILED:
                 continue
-            outcome.incremental = True
+            outcome.incremental, outcome.path = True, steps.path
             outcome.fallbacks = _fallbacks_after(
                 conn, catalog, schema_id, again, before, deleted_now, stored
             )
@@ -467,20 +442,19 @@ def _build_increments(
         return [by_id[s] for s in by_id if s in whole]
     finally:
         drop_tables(conn, [*stages.values(), accounts])
-        spark.catalog.clearCache()
-        broadcast.unpersist()
+        steps.close()
 
 
 ByInstance = dict[str, dict[bytes, Again]]  # schema -> instance id -> how it reduced
 
 
 def _reduced_again(
-    conn: psycopg.Connection, rows: list[Row], by_id: dict[str, Outcome]
+    conn: psycopg.Connection, rows: list[Any], by_id: dict[str, Outcome]
 ) -> tuple[list[str], ByInstance, ByInstance]:
     """The schemas whose logs all reduced (the others fail, `_fail_errors`), and
     their instances reduced again: as all their messages make them, and as the messages
     the table was built from made them (`before`), from the reduction's collected
-    `error`, `instance` and `before` rows."""
+    `error`, `instance` and `before` rows (Spark's rows, or the driver path's dicts)."""
     ok = _fail_errors(conn, [r for r in rows if r["row_type"] == "error"], by_id, None)
     again: ByInstance = {s: {} for s in ok}
     before: ByInstance = {s: {} for s in ok}
@@ -543,58 +517,6 @@ def _fallbacks_after(
     return {name: counts.get(name, 0) for name in catalog.histories[schema_id].lens}
 
 
-def _flag_live(rows: DataFrame, deleted: DataFrame, deleted_rows: int) -> DataFrame:
-    """The rows with `live`: not deleted by a message (the reduction's `deleted`) and
-    not in `deleted` (schema, hash), of `deleted_rows` rows: the cascades' deletes, or
-    all. Up to `BROADCAST_KEYS` rows, `deleted` is broadcast; above, both sides are
-    shuffled (at 1M, ~100,000 deleted ids: the rows were copied in 4.2 s broadcast
-    against 10.3-10.6 s shuffled, bench/pipeline.py --spark-events)."""
-    gone = deleted.withColumn("gone", F.lit(True))
-    if deleted_rows <= BROADCAST_KEYS:
-        gone = F.broadcast(gone)
-    joined = rows.join(gone, ["schema", "hash"], "left")
-    by_message = F.coalesce(F.col("deleted"), F.lit(False))
-    return joined.withColumn("live", ~by_message & F.col("gone").isNull())
-
-
-def _stage_reduced(
-    url: str,
-    reduced: DataFrame,
-    ok: list[str],
-    deleted: tuple[DataFrame, int],
-    targets: dict[str, Target],
-    accounts: Stage | None,
-    deleted_into: Stage | None = None,
-) -> CopyResult:
-    """In one scan of the reduction (`copy_partitions`), of the schemas `ok`: each live
-    instance's table row into its schema's stage in `targets` (its fallbacks tallied),
-    unless `accounts` is None, every account into it (`reduction.accounts_of`), and
-    unless `deleted_into` is None, the deleted set into it (`reduction.deleted_of`).
-    `deleted`: the instances the cascades left deleted, and how many. At 1M entries
-    the rows and the accounts took 4.6 and 4.8 s in two scans, 7.4 s in one, and the
-    deleted set 0.48 s in a scan of its own (bench/pipeline.py --spark-events)."""
-    staged = reduced.filter(
-        F.col("row_type").isin("instance", "account") & F.col("schema").isin(ok)
-    )
-    flagged = _flag_live(staged, *deleted)
-    is_row = (F.col("row_type") == "instance") & F.col("live") & F.col("schema").isin(list(targets))
-    columns: list[Column | str] = [
-        F.when(is_row, F.col("schema")).alias("dest"),
-        F.when(is_row, F.col("row")).alias("row"),  # no pickle of a row not copied
-        "fell_back",
-    ]
-    derived = []
-    if accounts is not None:
-        derived.append(Derived(Target.into(accounts, ACCOUNT_COLUMNS), accounts_of))
-    if deleted_into is not None:
-        derived.append(Derived(Target.into(deleted_into, DELETED_COLUMNS), deleted_of))
-    if derived:
-        columns += [*ACCOUNTED, "live"]  # what both read
-    return copy_partitions(
-        flagged.select(*columns), url, targets, tally="fell_back", derived=derived
-    )
-
-
 def _write(
     spark: SparkSession,
     conn: psycopg.Connection,
@@ -613,10 +535,10 @@ def _write(
     instances = reduced.filter((F.col("row_type") == "instance") & F.col("schema").isin(ok))
     deleted = deleted_instances(spark, conn, catalog, instances, ok)
     targets = {
-        s: _row_target(stage, catalog.histories[s].lens) for s, stage in stages.items() if s in ok
+        s: row_target(stage, catalog.histories[s].lens) for s, stage in stages.items() if s in ok
     }
     kept = as_of is None  # a version's build keeps no accounts and no deleted set
-    result = _stage_reduced(
+    result = stage_reduced(
         url,
         reduced,
         ok,
@@ -640,12 +562,6 @@ def _fail_errors(
     for row in errors:
         _fail(conn, by_id[row["schema"]], f"reduction failed: {row['message']}", as_of)
     return [s for s, o in by_id.items() if o.status is not BuildStatus.FAILED]
-
-
-def _row_target(stage: Stage, lens: Lens) -> Target:
-    columns = tuple(c for c, _ in tables.SYSTEM_COLUMNS) + tuple(lens)
-    types = SYSTEM_TYPES + tuple(pg_type(spec.type) for spec in lens.values())
-    return Target(stage.schema, stage.name, columns, types)
 
 
 def _fallbacks(

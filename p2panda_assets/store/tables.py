@@ -18,7 +18,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from p2panda_assets.failpoints import Failpoint, failpoint
-from p2panda_assets.statuses import BUILT, BuildStatus, SchemaStatus
+from p2panda_assets.statuses import BUILT, BuildPath, BuildStatus, SchemaStatus
 from p2panda_assets.store.pipeline_state import UPSERT_ACCOUNTS, Stage
 from p2panda_assets.store.views import create_views, drop_views
 
@@ -53,6 +53,7 @@ class Outcome:
     description: str | None = None
     migrations: dict[str, str] = field(default_factory=dict)  # version -> safe | lossy
     incremental: bool = False  # built by adding what is new (`pipeline.increments`)
+    path: BuildPath | None = None  # where its build ran; None: nothing built
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,11 +18,20 @@ from hypothesis import strategies as st
 from psycopg import sql
 
 from p2panda_assets.engine.corpus import Corpus, reduce_corpus
-from p2panda_assets.pipeline import cascades, chaining, increments, index, materialize, verify
+from p2panda_assets.pipeline import (
+    cascades,
+    chaining,
+    increments,
+    index,
+    staging,
+    verify,
+)
+from p2panda_assets.pipeline.increment_paths import DRIVER_PATH_ENV
 from p2panda_assets.pipeline.index import APPEND_MIN_ENV, run_index
 from p2panda_assets.pipeline.materialize import materialize_schemas
 from p2panda_assets.pipeline.run import run_pipeline
 from p2panda_assets.protocol.ids import parse_schema_id
+from p2panda_assets.statuses import BuildPath
 from p2panda_assets.store.ingest import ingest
 from p2panda_assets.store.pipeline_state import pipeline_state
 from p2panda_assets.store.registry import register, table_name_for
@@ -109,7 +118,10 @@ def test_two_runs_equal_the_engine_on_the_whole_corpus(spark, session_database, 
     settled = data.draw(
         st.sampled_from([0, cascades.DRIVER_CASCADE_ROWS]), label="cascades in driver up to"
     )
+    # An increment runs in Spark jobs or, when small, in the driver: both paths.
+    driver_path = data.draw(st.sampled_from(["-1", "1000000"]), label="driver path up to")
     with empty_store(session_database) as conn, pytest.MonkeyPatch.context() as patch:
+        patch.setenv(DRIVER_PATH_ENV, driver_path)
         patch.setattr(cascades, "DRIVER_CASCADE_ROWS", settled)
         patch.setattr(increments, "LITERAL_KEYS", literal_keys)
         patch.setattr(chaining, "BROADCAST_HELD", held)
@@ -122,6 +134,7 @@ def test_two_runs_equal_the_engine_on_the_whole_corpus(spark, session_database, 
         ingest(conn, [p for p, early in zip(pairs, first, strict=True) if not early])
         outcomes = run_pipeline(spark, conn, session_database)
         event(f"incremental builds in the second run: {sum(o.incremental for o in outcomes)}")
+        event(f"paths of the increments: {sorted({o.path for o in outcomes if o.incremental})}")
         event(f"the second index step appended: {bool(appended_layers(conn))}")
         expected = reduce_corpus(pairs, registered)
         assert pg_tables(conn, sorted(registered)) == engine_tables(expected)
@@ -159,6 +172,40 @@ def test_new_messages_are_added_without_a_whole_build(spark, session_database):
         assert registry_outcome(conn, schema.schema_id).incremental  # other runs report it
         assert pg_tables(conn, [schema.schema_id]) == engine_tables(expected)
         assert pg_accounts(conn) == engine_accounts(expected)
+
+
+@pytest.mark.parametrize(
+    ("driver_path_up_to", "path"), [(None, BuildPath.DRIVER), ("2", BuildPath.SPARK)]
+)
+def test_an_increment_takes_its_path_by_size(
+    spark, session_database, monkeypatch, driver_path_up_to, path
+):
+    """Three new messages (against five before: an increment): the driver path by
+    default; above the setting, Spark. Both give the engine's table and accounts."""
+    if driver_path_up_to is None:
+        monkeypatch.delenv(DRIVER_PATH_ENV, raising=False)
+    else:
+        monkeypatch.setenv(DRIVER_PATH_ENV, driver_path_up_to)
+    corpus = CorpusBuilder()
+    schema = corpus.author(1).schema(1)
+    schema.migrate(create_field("title", "varchar", default="none"))
+    log = instances(corpus.author(2), 1)
+    first, second, *_ = [log.create(schema.ref(), title=t) for t in "abcde"]
+    early = list(corpus.pairs)
+    log.update(schema.ref(), first, title="A")
+    log.delete(second)
+    log.create(schema.ref(), title="f")
+    with empty_store(session_database) as conn:
+        ingest(conn, early)
+        register(conn, *parse_schema_id(schema.schema_id), None)
+        [whole] = run_pipeline(spark, conn, session_database)
+        ingest(conn, corpus.pairs[len(early) :])
+        [added] = run_pipeline(spark, conn, session_database)
+        expected = reduce_corpus(corpus.pairs, {schema.schema_id})
+        assert (whole.path, added.path, added.incremental) == (BuildPath.SPARK, path, True)
+        assert pg_tables(conn, [schema.schema_id]) == engine_tables(expected)
+        assert pg_accounts(conn) == engine_accounts(expected)
+        assert pg_deleted(conn, [schema.schema_id]) == engine_deleted(expected, [schema.schema_id])
 
 
 def chained_run(conn) -> str:
@@ -554,9 +601,11 @@ def test_runs_of_one_schema_at_a_time_then_all_equal_the_engine(
 def test_deleted_sets_too_large_to_broadcast_flag_the_same_rows(
     spark, session_database, monkeypatch, growing
 ):
-    """Above `BROADCAST_KEYS` deleted rows, `_flag_live` shuffles the instances to meet
-    them instead of broadcasting them: the tables and accounts are the engine's still."""
-    monkeypatch.setattr(materialize, "BROADCAST_KEYS", -1)
+    """Above `BROADCAST_KEYS` deleted rows, `staging.flag_live` shuffles the instances to
+    meet them instead of broadcasting them: the tables and accounts are the engine's
+    still. The increments take the Spark path, where the flags are joined."""
+    monkeypatch.setattr(staging, "BROADCAST_KEYS", -1)
+    monkeypatch.setenv(DRIVER_PATH_ENV, "-1")
     corpus, schema_ids, cut = growing
     run_in_two_parts(spark, session_database, corpus, cut, schema_ids)
 

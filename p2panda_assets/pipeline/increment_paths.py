@@ -1,0 +1,180 @@
+"""The two paths of an incremental build (issue 47's driver path). An increment finds
+the instances its new messages name, reduces their messages again and stages what they
+make; `materialize._build_increments` does that through one of these:
+
+- `SparkSteps`: Spark jobs over the chained layers, the path of large increments;
+- `DriverSteps`: the same rules in the process that runs the build, with pyarrow
+  (`local_increments`), for an increment of at most `driver_path_messages()` new
+  messages: no Spark job's fixed cost for the few messages a published entry brings.
+
+`choose_steps` picks one by size, and falls back to Spark where pyarrow cannot open the
+warehouse (said once, `local_store.say_once`). The path taken is the outcome's `path`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from pyspark import Broadcast
+from pyspark.sql import DataFrame, SparkSession
+
+from p2panda_assets.engine.corpus import Catalog
+from p2panda_assets.pipeline.cascades import DELETED_DDL
+from p2panda_assets.pipeline.copy import ACCOUNT_COLUMNS, CopyResult, Derived, Target
+from p2panda_assets.pipeline.increments import new_keys, touched_messages
+from p2panda_assets.pipeline.index import IndexResult
+from p2panda_assets.pipeline.layers import read_layers
+from p2panda_assets.pipeline.local_frames import local_frame
+from p2panda_assets.pipeline.local_increments import (
+    new_keys_locally,
+    reduce_locally,
+    stage_locally,
+    touched_locally,
+)
+from p2panda_assets.pipeline.local_store import LocalReadUnavailable, layers_dataset, say_once
+from p2panda_assets.pipeline.reduction import COLLECTED, accounts_of, reduce_instance_logs
+from p2panda_assets.pipeline.staging import stage_reduced
+from p2panda_assets.statuses import BuildPath
+from p2panda_assets.store.pipeline_state import Stage
+
+# The reduced rows an increment reads in the driver (`materialize._reduced_again`).
+COLLECT = ("error", "instance", "before")
+
+DRIVER_PATH_ENV = "P2PANDA_DRIVER_PATH_MESSAGES"
+# Up to this many new messages an increment takes the driver path. Measured with
+# bench/pipeline.py --incremental N (docs/live-path.md): see there for the figures.
+DEFAULT_DRIVER_PATH_MESSAGES = 20_000
+
+
+def driver_path_messages() -> int:
+    return int(os.environ.get(DRIVER_PATH_ENV) or DEFAULT_DRIVER_PATH_MESSAGES)
+
+
+class IncrementSteps(Protocol):
+    """What an incremental build does with its messages, on one path."""
+
+    path: BuildPath
+
+    def new_keys(self, layers: Sequence[str], after_batch: int) -> set[bytes]:
+        """The instances messages of batches after `after_batch` create or name, in the
+        chained runs `layers` (`increments.new_keys`)."""
+        ...
+
+    def reduce(self, increments: Mapping[str, int], keys: set[bytes]) -> list[Any]:
+        """Reduce again every message of the increments' schemas that creates or names
+        one of `keys`, and their new messages naming none; the reduced rows of the types
+        `COLLECT` (columns `reduction.COLLECTED`)."""
+        ...
+
+    def stage(
+        self,
+        url: str,
+        ok: Sequence[str],
+        gone: list[tuple[str, bytes]],
+        targets: dict[str, Target],
+        accounts: Stage,
+    ) -> CopyResult:
+        """Stage the live rows of the schemas `ok` into `targets` and every account
+        into `accounts`; `gone`: what the cascades left deleted (schema, instance)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class SparkSteps:
+    """The increment in Spark jobs."""
+
+    path = BuildPath.SPARK
+
+    def __init__(self, spark: SparkSession, index: IndexResult, catalog: Catalog) -> None:
+        self._spark = spark
+        self._index = index
+        decoded = index.decoded(spark)
+        assert decoded is not None  # a table was built from it before
+        self._decoded = decoded
+        self._broadcast: Broadcast[Catalog] = spark.sparkContext.broadcast(catalog)
+        self._reduced: DataFrame | None = None
+
+    def new_keys(self, layers: Sequence[str], after_batch: int) -> set[bytes]:
+        roots = [self._index.warehouse.chained(run) for run in layers]
+        return new_keys(read_layers(self._spark, roots), after_batch)
+
+    def reduce(self, increments: Mapping[str, int], keys: set[bytes]) -> list[Any]:
+        touched = touched_messages(self._decoded, increments, keys)
+        self._reduced, rows = reduce_instance_logs(
+            touched, self._decoded, self._broadcast, list(COLLECT), incremental=True
+        )
+        return rows
+
+    def stage(
+        self,
+        url: str,
+        ok: Sequence[str],
+        gone: list[tuple[str, bytes]],
+        targets: dict[str, Target],
+        accounts: Stage,
+    ) -> CopyResult:
+        assert self._reduced is not None  # reduced before
+        frame = local_frame(self._spark, gone, DELETED_DDL)
+        return stage_reduced(url, self._reduced, list(ok), (frame, len(gone)), targets, accounts)
+
+    def close(self) -> None:
+        self._spark.catalog.clearCache()
+        self._broadcast.unpersist()
+
+
+class DriverSteps:
+    """The increment in the driver (`local_increments`): no Spark job."""
+
+    path = BuildPath.DRIVER
+
+    def __init__(self, index: IndexResult, catalog: Catalog) -> None:
+        self._index = index
+        self._catalog = catalog
+        self._layers = [index.warehouse.chained(run) for run in index.layers]
+        self._reduced: list[dict[str, object]] = []
+
+    def new_keys(self, layers: Sequence[str], after_batch: int) -> set[bytes]:
+        roots = [self._index.warehouse.chained(run) for run in layers]
+        return new_keys_locally(roots, after_batch)
+
+    def reduce(self, increments: Mapping[str, int], keys: set[bytes]) -> list[Any]:
+        items = touched_locally(self._layers, increments, keys)
+        self._reduced = reduce_locally(self._catalog, items, self._layers)
+        # Every collected column, None where a row type has none (as Spark's rows have).
+        return [
+            {column: row.get(column) for column in COLLECTED}
+            for row in self._reduced
+            if row["row_type"] in COLLECT
+        ]
+
+    def stage(
+        self,
+        url: str,
+        ok: Sequence[str],
+        gone: list[tuple[str, bytes]],
+        targets: dict[str, Target],
+        accounts: Stage,
+    ) -> CopyResult:
+        derived = [Derived(Target.into(accounts, ACCOUNT_COLUMNS), accounts_of)]
+        return stage_locally(url, self._reduced, ok, set(gone), targets, derived)
+
+    def close(self) -> None:
+        self._reduced = []
+
+
+def choose_steps(
+    spark: SparkSession, index: IndexResult, catalog: Catalog, new_messages: int
+) -> IncrementSteps:
+    """The driver path for an increment of at most `driver_path_messages()` new
+    messages whose warehouse pyarrow can open; else Spark."""
+    if new_messages <= driver_path_messages():
+        try:
+            layers_dataset([index.warehouse.chained(run) for run in index.layers])
+        except LocalReadUnavailable as unavailable:
+            say_once(str(unavailable))
+        else:
+            return DriverSteps(index, catalog)
+    return SparkSteps(spark, index, catalog)
