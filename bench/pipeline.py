@@ -20,10 +20,12 @@ resident worker does before its first run: `session_s`, not counted.
 The last line printed is one JSON object.
 
 With `--incremental N`, N more entries are generated with the corpus and held back: the
-newest entries of every instance log (new instances, updates, deletes over all schemas)
-and the last migration of the first schema. After the measured run they are ingested
-and the pipeline runs again: `incremental_seconds` (ingest included) and
-`incremental_fraction` = incremental_seconds / seconds.
+newest entries of every instance log (new instances, updates, deletes over all schemas),
+and the last migration of the first schema. After the measured run they arrive in two
+steps, each ingested and followed by a run of the pipeline (ingest included in both):
+the instance entries with no lens change, `incremental_seconds` and
+`incremental_fraction` = incremental_seconds / seconds; then the migration alone, which
+re-reduces its schema by design, `lens_change_seconds` and `lens_change_fraction`.
 
 `--spark-events DIR` also writes Spark's event log into DIR and prints the time of
 Spark's actions by the line of the package that started them (`bench/spark_events.py`).
@@ -34,6 +36,7 @@ Spark's actions by the line of the package that started them (`bench/spark_event
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import os
@@ -221,14 +224,16 @@ def generate(entries: int, seed: int, workers: int) -> tuple[Path, float, bool]:
     return path, time.perf_counter() - started, False
 
 
-def split_for_increment(path: Path, new: int) -> tuple[Path, Path]:
-    """The corpus as the store first gets it, and the `new` entries that arrive later:
-    the newest entries of every instance log (taken round robin over the logs, so they
-    spread over all schemas: creates, updates and deletes), and the last migration of
-    the first schema. Cached beside the corpus."""
-    base, later = (path.with_suffix(f".{part}-{new}.jsonl") for part in ("base", "new"))
-    if base.exists() and later.exists():
-        return base, later
+def split_for_increment(path: Path, new: int) -> tuple[Path, Path, Path]:
+    """The corpus as the store first gets it, the `new` instance entries that arrive
+    later (the newest entries of every instance log, taken round robin over the logs, so
+    they spread over all schemas: creates, updates and deletes), and the last migration
+    of the first schema, which arrives after them. Cached beside the corpus."""
+    base, later, lens = (
+        path.with_suffix(f".{part}-{new}.jsonl") for part in ("first", "instances", "lens")
+    )
+    if base.exists() and later.exists() and lens.exists():
+        return base, later, lens
     owner = schema_corpus()[1][0]
     first_schema = (owner.owner.key_pair.public_key, owner.log_id)
     by_log: dict[tuple[bytes, int], list[tuple[int, int]]] = {}
@@ -236,22 +241,28 @@ def split_for_increment(path: Path, new: int) -> tuple[Path, Path]:
         for number, text in enumerate(source):
             entry = decode_entry(bytes.fromhex(json.loads(text)["entry"]))
             by_log.setdefault((entry.author, entry.log_id), []).append((entry.seq_num, number))
-    chosen = {max(by_log[first_schema])[1]}
+    migration = max(by_log[first_schema])[1]
     schema_owner = first_schema[0]
     newest = [sorted(v, reverse=True) for k, v in by_log.items() if k[0] != schema_owner]
+    chosen: set[int] = set()
     depth = 0
     while len(chosen) < new and any(depth < len(log) for log in newest):
         for log in newest:
             if depth < len(log) and len(chosen) < new:
                 chosen.add(log[depth][1])
         depth += 1
-    partial = [p.with_suffix(".partial") for p in (base, later)]
-    with path.open() as source, partial[0].open("w") as out, partial[1].open("w") as out_new:
+    parts = (base, later, lens)
+    partial = [p.with_suffix(".partial") for p in parts]
+    with path.open() as source, contextlib.ExitStack() as files:
+        out, out_new, out_lens = (files.enter_context(p.open("w")) for p in partial)
         for number, text in enumerate(source):
-            (out_new if number in chosen else out).write(text)
-    for written, final in zip(partial, (base, later), strict=True):
+            if number == migration:
+                out_lens.write(text)
+            else:
+                (out_new if number in chosen else out).write(text)
+    for written, final in zip(partial, parts, strict=True):
         written.rename(final)
-    return base, later
+    return base, later, lens
 
 
 # --- the ceiling --------------------------------------------------------------------------
@@ -523,9 +534,10 @@ def line(label: str, value: str) -> None:
 
 def run(args: argparse.Namespace) -> dict[str, object]:
     path, generation_s, cached = generate(args.entries + args.incremental, args.seed, args.workers)
-    later: Path | None = None
+    later: tuple[Path, Path] | None = None
     if args.incremental:
-        path, later = split_for_increment(path, args.incremental)
+        path, instances, lens = split_for_increment(path, args.incremental)
+        later = (instances, lens)
     total = count_lines(path)
     how = "cached" if cached else f"{args.workers} processes"
     line("corpus", f"{path} ({total:,} entries, {path.stat().st_size / 2**20:,.0f} MiB)")
@@ -649,31 +661,44 @@ def run(args: argparse.Namespace) -> dict[str, object]:
 
 
 def measure_increment(
-    spark: Any, conn: psycopg.Connection, url: str, later: Path | None
+    spark: Any, conn: psycopg.Connection, url: str, later: tuple[Path, Path] | None
 ) -> dict[str, object]:
-    """Ingest the later entries and run the pipeline again: the incremental step."""
+    """The two increments after the full run: the instance entries (`incremental_*`),
+    then the migration alone (`lens_change_*`)."""
     if later is None:
         return {}
+    instances, lens = later
+    return {
+        **measure_step(spark, conn, url, instances, "incremental"),
+        **measure_step(spark, conn, url, lens, "lens_change"),
+    }
+
+
+def measure_step(
+    spark: Any, conn: psycopg.Connection, url: str, path: Path, name: str
+) -> dict[str, object]:
+    """Ingest the entries of `path` and run the pipeline again; its figures, each key
+    starting with `name`."""
     started = time.perf_counter()
-    with stage("incremental ingest"), connect(url, autocommit=True) as spare:
-        counts = ingest(conn, read_entry_lines([later]), spare=spare)
+    with stage(f"{name} ingest"), connect(url, autocommit=True) as spare:
+        counts = ingest(conn, read_entry_lines([path]), spare=spare)
     ingested = time.perf_counter() - started
-    with stage("incremental pipeline"), timed_stages() as stages:
+    with stage(f"{name} pipeline"), timed_stages() as stages:
         outcomes = run_module.run_pipeline(spark, conn, url)
     seconds = time.perf_counter() - started
-    took = {name: round(took, 1) for name, took in stages.seconds.items()}
+    took = {step: round(took, 1) for step, took in stages.seconds.items()}
     built = sum(o.status in ("materialized", "dropped") for o in outcomes)
     added = sum(o.incremental for o in outcomes)
     line(
-        "incremental",
+        name.replace("_", " "),
         f"{seconds:.1f} s for {counts.accepted:,} new entries (ingest {ingested:.1f} s; "
         f"{built} schemas built, {added} of them by adding what is new)",
     )
     return {
-        "incremental_entries": counts.accepted,
-        "incremental_seconds": round(seconds, 1),
-        "incremental_ingest_s": round(ingested, 1),
-        **{f"incremental_{name}_s": took for name, took in sorted(took.items())},
+        f"{name}_entries": counts.accepted,
+        f"{name}_seconds": round(seconds, 1),
+        f"{name}_ingest_s": round(ingested, 1),
+        **{f"{name}_{step}_s": took for step, took in sorted(took.items())},
     }
 
 
@@ -686,7 +711,7 @@ def main() -> None:
         type=int,
         default=0,
         metavar="N",
-        help="then ingest N more entries (newest of every log, one migration) and run again",
+        help="then ingest N more entries (newest of every log) and run again; then one migration",
     )
     parser.add_argument(
         "--workers", type=int, default=os.cpu_count() or 1, help="generation processes"
@@ -701,10 +726,11 @@ def main() -> None:
         help="write Spark's event log into DIR and print the time by call site (spark_events.py)",
     )
     result = run(parser.parse_args())
-    if "incremental_seconds" in result:
-        result["incremental_fraction"] = round(
-            float(result["incremental_seconds"]) / float(result["seconds"]), 4
-        )
+    for name in ("incremental", "lens_change"):
+        if f"{name}_seconds" in result:
+            result[f"{name}_fraction"] = round(
+                float(result[f"{name}_seconds"]) / float(result["seconds"]), 4
+            )
     print(json.dumps(result))
 
 
