@@ -18,6 +18,7 @@ again; it never downgrades: a `too-new` table stays as it is.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
@@ -63,11 +64,16 @@ def check(
 ) -> CheckResult:
     """Where the database stands on `version` of `schema` (a schema id, or a name: the
     registered name, else the name in the schema's meta message)."""
-    rows = _named(registered_schemas(conn), schema)
+    registered = registered_schemas(conn)
+    rows = _named(registered, schema)
     if not rows:
-        return CheckResult(
-            schema, None, version, Presence.NOT_PRESENT, None, f"no registered schema {schema}"
+        names = {row.schema_id: row.shown_name for row in registered}
+        message = (
+            f"no registered schema {schema}"
+            if is_schema_id(schema)
+            else unknown_name_message(schema, names, "is registered")
         )
+        return CheckResult(schema, None, version, Presence.NOT_PRESENT, None, message)
     if len(rows) > 1:
         ids = ", ".join(row.schema_id for row in rows)
         return CheckResult(
@@ -146,13 +152,14 @@ def schemas_named(schema: str, names: Mapping[str, str | None]) -> list[str]:
 def resolve_schema_id(schema: str, names: Mapping[str, str | None], where: str) -> str:
     """The schema id a command's argument stands for: a schema id as it is (the command
     says if it knows none such), a name if exactly one schema in `names` has it (`where`
-    says where they are, as in "is registered"); else `awaiting-schema` or `bad-input`."""
+    says where they are, as in "is registered"); else `unknown-schema` (no schema has
+    that name: a typo, most likely) or `bad-input` (two have it)."""
     schema_id = _schema_id_or_none(schema)
     if schema_id is not None:
         return schema_id
     ids = schemas_named(schema, names)
     if not ids:
-        raise P2pandaError(Reason.AWAITING_SCHEMA, f"no schema named {schema!r} {where}")
+        raise P2pandaError(Reason.UNKNOWN_SCHEMA, unknown_name_message(schema, names, where))
     if len(ids) > 1:
         raise P2pandaError(
             Reason.BAD_INPUT,
@@ -160,6 +167,21 @@ def resolve_schema_id(schema: str, names: Mapping[str, str | None], where: str) 
             " name one by its schema id",
         )
     return ids[0]
+
+
+def unknown_name_message(schema: str, names: Mapping[str, str | None], where: str) -> str:
+    """No schema in `names` is named `schema`: say so, with the closest names there are
+    (a name mistyped is the likely cause, and the likely fix)."""
+    closest = closest_names(schema, names)
+    hint = f"; the closest: {', '.join(closest)}" if closest else ""
+    return f"no schema named {schema!r} {where}{hint}"
+
+
+def closest_names(schema: str, names: Mapping[str, str | None]) -> list[str]:
+    """The names in `names` closest to `schema` (difflib's ratio, 0.6 and over), best
+    first, at most three."""
+    known = sorted({name for name in names.values() if name is not None})
+    return difflib.get_close_matches(schema, known, n=3)
 
 
 def is_schema_id(text: str) -> bool:

@@ -29,6 +29,9 @@ class Reason(StrEnum):
     PAYLOAD_SIZE_MISMATCH = "payload-size-mismatch"  # payload length != payload size field
     PAYLOAD_HASH_MISMATCH = "payload-hash-mismatch"  # payload hash != payload hash field
     MISSING_PAYLOAD = "missing-payload"  # an entry arrived without its payload
+    # A copy of a stored entry with another payload (necessarily a wrong one, as the
+    # entry names its payload's hash): not stored, the stored copy stays (`panda ingest`).
+    PAYLOAD_CONFLICT = "payload-conflict"
     # --- bamboo logs ----------------------------------------------------------------
     BACKLINK_MISMATCH = "backlink-mismatch"  # backlink is not the hash of entry seq-1
     LIPMAA_MISMATCH = "lipmaa-mismatch"  # lipmaa link is not the hash of entry lipmaa(seq)

@@ -50,6 +50,14 @@ UTF8_BOM = b"\xef\xbb\xbf"
 def read_entry_lines(paths: Iterable[str | Path]) -> Iterator[tuple[bytes, bytes | None] | BadLine]:
     """Every line of every file, in order; unreadable files raise `unreadable-file`. A
     line that is not UTF-8 is a bad line like any other, not the end of the file."""
+    for _, _, item in read_located_lines(paths):
+        yield item
+
+
+def read_located_lines(
+    paths: Iterable[str | Path],
+) -> Iterator[tuple[str, int, tuple[bytes, bytes | None] | BadLine]]:
+    """`read_entry_lines` with each item's file and line number, for a later warning."""
     for path in paths:
         try:
             file = open(path, "rb")  # noqa: SIM115 - closed below
@@ -62,9 +70,9 @@ def read_entry_lines(paths: Iterable[str | Path]) -> Iterator[tuple[bytes, bytes
                 if not raw.strip():
                     continue
                 try:
-                    yield parse_line(_text(raw))
+                    yield str(path), number, parse_line(_text(raw))
                 except P2pandaError as error:
-                    yield BadLine(str(path), number, error)
+                    yield str(path), number, BadLine(str(path), number, error)
 
 
 def _text(raw: bytes) -> str:

@@ -12,6 +12,9 @@ again, and the demo says what changed, from the data (`what_changed`):
   are validated, and as written once the validation is reverted;
 - attachments hidden by the migration come back after the revert;
 - a mail deleted at a version the revert kills stays deleted.
+
+Rows are printed as `panda preview` prints them (`preview_values`). Run again over the
+same store, the demo says so: its entries are all there, the revert among them.
 """
 
 from __future__ import annotations
@@ -21,19 +24,25 @@ import contextlib
 import hashlib
 import io
 import json
+import math
 import os
 import shlex
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from psycopg import sql
 
+from p2panda_assets.cli import materialize_cmd, publish_cmd, schema_cmd, store_cmd
 from p2panda_assets.engine.corpus import Corpus, State, reduce_corpus
+from p2panda_assets.engine.lens import FieldSpec
 from p2panda_assets.engine.migrate import migrate_values
 from p2panda_assets.engine.schema_log import SchemaHistory
+from p2panda_assets.engine.values import Value, format_float, to_json
 from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.home import ensure_home, p2panda_home, write_private_file
 from p2panda_assets.jsonlines import read_entry_lines
@@ -48,8 +57,10 @@ from p2panda_assets.protocol.messages import (
     SchemaVersionRef,
     decode_message,
 )
+from p2panda_assets.protocol.timestamps import format_timestamp
 
 RESOURCES = Path(__file__).resolve().parents[2] / "resources"
+DEMO_COMMANDS = (schema_cmd, publish_cmd, store_cmd, materialize_cmd)
 DEMO_KEY = hashlib.sha256(b"p2panda-assets demo author").digest()
 
 
@@ -72,13 +83,24 @@ def _home(path: Path) -> Iterator[None]:
             os.environ["P2PANDA_HOME"] = before
 
 
-def _panda(*argv: str) -> str:
-    """One `panda` command in this process; its stdout (errors raise)."""
-    from p2panda_assets.cli.main import main
+def command_parser() -> argparse.ArgumentParser:
+    """The commands the demo runs, parsed as `panda` parses them. Not `cli.main`'s
+    parser: that one holds this command, so importing it here closed an import circle."""
+    parser = argparse.ArgumentParser(prog="panda")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for module in DEMO_COMMANDS:
+        module.register(subparsers)
+    return parser
 
+
+def _panda(*argv: str) -> str:
+    """One `panda` command in this process (inside the demo's own quiet output); its
+    stdout. A typed error raises as it is; a command that fails otherwise (a build that
+    failed: exit 1 and its lines on stderr) raises with those lines."""
+    args = command_parser().parse_args(list(argv))
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(argv))
+        code = args.run(args)
     if code != 0:
         raise P2pandaError(Reason.BAD_INPUT, f"panda {' '.join(argv)}: {err.getvalue().strip()}")
     return out.getvalue().strip()
@@ -133,13 +155,17 @@ def write_story_until_revert(author: Author) -> dict[str, str]:
     return ids
 
 
-def serve(story: Path, author: Author) -> None:
-    """The server's side: ingest, register, materialize (through Dagster)."""
-    print(f"$ panda ingest {shlex.quote(str(story))}\n{_panda('ingest', str(story))}")
+def serve(story: Path, author: Author) -> str:
+    """The server's side: ingest, register, materialize (through Dagster); what it
+    printed, for the narration to come first."""
+    ingested = _panda("ingest", str(story))
     for name in ("profile", "attachment", "slothmail"):
         key, log_id = parse_schema_id(author.schema_id(name))
         _panda("register", key.hex(), str(log_id), "--name", name)
-    print(f"$ panda materialize\n{_panda('materialize')}")
+    return (
+        f"$ panda ingest {shlex.quote(str(story))}\n{ingested}\n"
+        f"$ panda materialize\n{_panda('materialize')}"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,12 +177,19 @@ class Snapshot:
     table: str
     version: int  # the table's, as the registry says
     columns: list[str]
-    rows: dict[str, dict[str, Any]]  # by instance id
+    rows: dict[str, dict[str, Any]]  # by instance id, values as `panda preview` shows them
     corpus: Corpus
 
     @property
     def history(self) -> SchemaHistory:
         return self.corpus.histories[self.schema_id]
+
+    @property
+    def ahead(self) -> bool:
+        """Whether the table is at a later version than the story file so far: this
+        store kept the entries of an earlier `panda demo`, its revert among them."""
+        latest = self.history.latest
+        return latest is not None and self.version > latest.seq
 
 
 def snapshot(schema_id: str, story: Path) -> Snapshot:
@@ -177,8 +210,43 @@ def snapshot(schema_id: str, story: Path) -> Snapshot:
         assert found is not None  # its table was just read, so the schema is registered
         (version,) = found
     corpus = reduce_corpus(item for item in read_entry_lines([story]) if isinstance(item, tuple))
-    rows = {str(record["_instance_id"]): record for record in records}
+    history = corpus.histories[schema_id]
+    # The story's lens is the table's unless the store holds a later version (a rerun).
+    held = history.latest is not None and history.latest.seq == version
+    lens = history.lens if held else {}
+    rows = {str(record["_instance_id"]): preview_values(record, lens) for record in records}
     return Snapshot(schema_id, table, version, columns, rows, corpus)
+
+
+def preview_values(record: dict[str, Any], lens: Mapping[str, FieldSpec]) -> dict[str, Any]:
+    """A row as PostgreSQL returns it, with its values as `panda preview` prints them
+    (SPEC 4: `_seq` a number, timestamps ISO 8601 in UTC with `Z`, bytes as hex): a
+    field of the lens by `to_json`, as preview does, any other column by its type."""
+    return {
+        name: to_json(_value(value), lens[name].type) if name in lens else _column_json(value)
+        for name, value in record.items()
+    }
+
+
+def _value(value: object) -> Value:
+    """A PostgreSQL value as the engine holds it: arrays as tuples."""
+    return cast(Value, tuple(value) if isinstance(value, list) else value)
+
+
+def _column_json(value: object) -> object:
+    """A column outside the lens (system columns, or one of a later version), in the
+    form `to_json` gives its type."""
+    if isinstance(value, list):
+        return [_column_json(item) for item in value]
+    if isinstance(value, Decimal):
+        return int(value)
+    if isinstance(value, datetime):
+        return format_timestamp(value)
+    if isinstance(value, bytes | memoryview):
+        return bytes(value).hex()
+    if isinstance(value, float) and not math.isfinite(value):
+        return format_float(value)
+    return value
 
 
 def print_table(table: Snapshot) -> None:
@@ -194,7 +262,7 @@ def _short(instance_id: object) -> str:
 
 
 def _json(value: object) -> str:
-    return json.dumps(value, default=str, ensure_ascii=False)
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _versions(seqs: list[int]) -> str:
@@ -345,21 +413,38 @@ def _named(
     return ref.schema_id, ref.version
 
 
+def opening(before: Snapshot) -> str:
+    """The first heading, true on a first run and on a rerun over the same store."""
+    if before.ahead:
+        return (
+            "The slothmail authors publish the same four versions again: this store kept"
+            f" them from an earlier `panda demo`, revert included, so the table is at"
+            f" version {before.version} already"
+        )
+    return "The slothmail authors publish four versions; one mail is deleted at version 4"
+
+
+def revert_heading(before: Snapshot) -> str:
+    if before.ahead:
+        return "The authors revert slothmail to version 3 again: this store has that revert"
+    return "The authors revert slothmail to version 3 (attachments, unvalidated subjects)"
+
+
 def run_demo(args: argparse.Namespace) -> int:
     story = ensure_home(p2panda_home()) / "demo" / "story.jsonl"
     story.parent.mkdir(exist_ok=True)
     story.unlink(missing_ok=True)  # the commands append: each run writes the story anew
     with tempfile.TemporaryDirectory(prefix="p2panda-demo-") as scratch:
         author = Author(Path(scratch) / "author", story)
-        print("== The slothmail authors publish four versions; one mail is deleted at version 4")
         write_story_until_revert(author)
-        serve(story, author)
+        served = serve(story, author)
         slothmail = author.schema_id("slothmail")
         before = snapshot(slothmail, story)
+        print(f"== {opening(before)}\n{served}")
         print_table(before)
-        print("\n== The authors revert slothmail to version 3 (attachments, unvalidated subjects)")
+        print(f"\n== {revert_heading(before)}")
         author.run("schema", "slothmail", "revert", "--target", "3")
-        serve(story, author)
+        print(serve(story, author))
         after = snapshot(slothmail, story)
         print_table(after)
     print("\n== What changed")

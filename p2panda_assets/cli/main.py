@@ -5,6 +5,8 @@ on stderr with exit code 1 (an unexpected exception: `error: internal: ...`)."""
 from __future__ import annotations
 
 import argparse
+import os
+import select
 import sys
 import traceback
 from collections.abc import Sequence
@@ -30,6 +32,7 @@ from p2panda_assets.errors import P2pandaError, Reason
 
 EXIT_ERROR = 1
 EXIT_INTERRUPTED = 130  # as a shell reports a command stopped by Ctrl-C
+EXIT_STDOUT_CLOSED = 141  # as a shell reports a command stopped by SIGPIPE
 MAX_INTERNAL_MESSAGE = 400  # characters of an unexpected exception's message, on one line
 
 DESCRIPTION = """\
@@ -151,7 +154,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace, options: Options) -> int:
     try:
-        return args.run(args)
+        code = args.run(args)
+        sys.stdout.flush()  # here, where a reader gone is caught, not at the exit
+        return code
+    except BrokenPipeError as error:
+        if not stdout_closed():
+            return _run_failed(error, options)
+        return EXIT_STDOUT_CLOSED
     except P2pandaError as error:
         if options.debug:
             traceback.print_exc()
@@ -162,11 +171,34 @@ def _run(args: argparse.Namespace, options: Options) -> int:
             raise
         return EXIT_INTERRUPTED
     except Exception as error:
-        if options.debug:
-            traceback.print_exc()
-        hint = "" if options.debug else " (--debug shows the traceback)"
-        print(f"error: {Reason.INTERNAL}: {internal_message(error)}{hint}", file=sys.stderr)
-        return EXIT_ERROR
+        return _run_failed(error, options)
+
+
+def _run_failed(error: Exception, options: Options) -> int:
+    if options.debug:
+        traceback.print_exc()
+    hint = "" if options.debug else " (--debug shows the traceback)"
+    print(f"error: {Reason.INTERNAL}: {internal_message(error)}{hint}", file=sys.stderr)
+    return EXIT_ERROR
+
+
+def stdout_closed() -> bool:
+    """Whether the reader of stdout is gone (`panda status | head -1`): then the command
+    ends quietly, as a shell's tools do. What it still had to write goes to /dev/null,
+    so that the flush at exit does not fail again; a broken pipe that is not stdout's
+    (a socket) is an error like any other."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (a test's capture)
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    if not any(events & select.POLLERR for _, events in poller.poll(0)):
+        return False
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+    return True
 
 
 def internal_message(error: BaseException) -> str:

@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.statuses import SchemaStatus
+
+if TYPE_CHECKING:
+    from p2panda_assets.store.registry import RegistryRow
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -47,19 +51,25 @@ def run_current(args: argparse.Namespace) -> int:
         rows = {row.schema_id: row for row in registered_schemas(conn)}
     failed = {failure.schema_id for failure in result.failed}
     for schema_id in result.schema_ids:
-        if schema_id in failed:
-            continue
-        row = rows[schema_id]
-        name = row.registered_name or row.name or "-"
-        detail = f"{row.rows or 0} rows" if row.status == SchemaStatus.MATERIALIZED else row.status
-        if row.status_message:
-            detail += f" ({row.status_message})"
-        print(f"{schema_id}  {name}  version {row.version}  {detail}  {row.table_name}")
+        if schema_id not in failed:
+            print(result_line(rows[schema_id]))
     if not result.launched:
         print("up to date: nothing new since these tables were built, no run launched")
     for failure in result.failed:
         print(f"error: {failure.reason}: {failure.schema_id}: {failure.message}", file=sys.stderr)
     return 1 if result.failed else 0
+
+
+def result_line(row: RegistryRow) -> str:
+    """One schema's line: id, name, version, rows or status (and why), table. A schema
+    with no version yet (its schema log not in the store, or waiting) has no table."""
+    name = row.registered_name or row.name or "-"
+    detail = f"{row.rows or 0} rows" if row.status == SchemaStatus.MATERIALIZED else row.status
+    if row.status_message:
+        detail += f" ({row.status_message})"
+    if row.version is None:
+        return f"{row.schema_id}  {name}  no version yet  {detail}"
+    return f"{row.schema_id}  {name}  version {row.version}  {detail}  {row.table_name}"
 
 
 def run_as_of(args: argparse.Namespace) -> int:

@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from p2panda_assets.cli.entry_cmd import parse_hex
 from p2panda_assets.errors import P2pandaError, Reason
-from p2panda_assets.jsonlines import BadLine, read_entry_lines
+from p2panda_assets.jsonlines import BadLine, read_located_lines
 from p2panda_assets.protocol.ids import MAX_U64
 
 if TYPE_CHECKING:
     import psycopg
 
-    from p2panda_assets.store.ingest import IngestCounts, Item
+    from p2panda_assets.store.ingest import Conflict, IngestCounts, Item
     from p2panda_assets.store.registry import StatusRow, StoreTotals
 
 CLEAR_LINE = "\r\033[K"  # back to the start of the line, and erase it
@@ -74,9 +75,16 @@ def run_ingest(args: argparse.Namespace) -> int:
     for path in args.files:
         _check_readable(path)  # before storing anything: all files, or none
     tty = sys.stderr.isatty()
+    places = Places(clear=tty)
     with open_store() as conn, connect(autocommit=True) as spare:  # merges in parallel
-        items = _warn_bad_lines(_read(args.files), clear=tty)
-        counts = ingest(conn, items, progress=_show_progress if tty else None, spare=spare)
+        items = _warn_bad_lines(places.read(args.files), clear=tty)
+
+        def progress(counts: IngestCounts) -> None:
+            places.reported(counts)
+            if tty:
+                _show_progress(counts)
+
+        counts = ingest(conn, items, progress=progress, spare=spare, conflict=places.conflict)
     if tty:
         print(CLEAR_LINE, end="", file=sys.stderr)
     print(f"accepted {counts.accepted}, duplicate {counts.duplicate}, rejected {counts.rejected}")
@@ -91,8 +99,35 @@ def _check_readable(path: str) -> None:
         raise P2pandaError(Reason.UNREADABLE_FILE, f"{path}: {error.strerror}") from None
 
 
-def _read(paths: Sequence[str]) -> Iterator[Item]:
-    yield from read_entry_lines(paths)
+class Places:
+    """Where each item of an ingest came from (file, line), kept until its batch is
+    reported: a copy the store refuses (`payload-conflict`) is known only after its
+    batch merged, and its warning names its line as a bad line's does. Memory holds the
+    batches in flight, not the input."""
+
+    def __init__(self, *, clear: bool) -> None:
+        self._prefix = CLEAR_LINE if clear else ""
+        self._places: deque[tuple[str, int]] = deque()
+        self._first = 0  # the input position of `_places[0]`
+
+    def read(self, paths: Sequence[str]) -> Iterator[Item]:
+        for path, line, item in read_located_lines(paths):
+            self._places.append((path, line))
+            yield item
+
+    def conflict(self, found: Conflict) -> None:
+        """Say on stderr which line's copy was not stored, and why."""
+        path, line = self._places[found.position - self._first]
+        print(
+            f"{self._prefix}warning: {Reason.PAYLOAD_CONFLICT}: {path}:{line}: {found.message}",
+            file=sys.stderr,
+        )
+
+    def reported(self, counts: IngestCounts) -> None:
+        """Forget the places of the items counted so far."""
+        while self._first < counts.total:
+            self._places.popleft()
+            self._first += 1
 
 
 def _warn_bad_lines(items: Iterable[Item], *, clear: bool) -> Iterator[Item]:
@@ -123,18 +158,32 @@ def _show_progress(counts: IngestCounts) -> None:
 
 
 def run_register(args: argparse.Namespace) -> int:
+    from p2panda_assets.store.registry import log_is_stored
     from p2panda_assets.store.registry import register as register_schema
 
     author = parse_hex(args.author, "AUTHOR_HEX")
     log_id = _parse_log_id(args.log_id)
     with open_store() as conn:
         registration = register_schema(conn, author, log_id, args.name)
+        stored = log_is_stored(conn, author, log_id)
     from p2panda_assets.orchestration import add_partition
 
     add_partition(registration.schema_id)
     print(f"schema_id: {registration.schema_id}")
     print(f"table_name: {registration.table_name}")
+    if not stored:
+        print(f"note: {unseen_log_note(registration.schema_id)}", file=sys.stderr)
     return 0
+
+
+def unseen_log_note(schema_id: str) -> str:
+    """A registration of a log the store holds no entry of is kept (its entries may come
+    later), but a mistyped author or log id looks just like it: say which it is."""
+    return (
+        f"the store holds no entry of log {schema_id} yet: it is registered, and gets a"
+        " table once its schema log is ingested (check the author and log id if it"
+        " should be there)"
+    )
 
 
 def _parse_log_id(text: str) -> int:

@@ -1,19 +1,24 @@
 """`panda unregister NAME|SCHEMA_ID [--force]`: take a registered schema out of the product.
 
-Its table, version tables, views, registry row, deleted set and the accounts its builds
-wrote go in one database transaction (`store/unregister.py`), then its Dagster partition
-(`partitions_admin.py`). Its entries stay in the store: registering it again and
-materializing builds the same table. A schema that other registered schemas relate to is
-refused (`bad-input`) unless `--force` is given. A schema named by its id that is no
-longer registered but still has a partition (an unregistration cut short after the
-database's part) loses the partition now.
+Its table, version tables, views, registry row and deleted set go, and the entries its
+builds accounted for are pending again (awaiting the schema), in one database
+transaction (`store/unregister.py`), then its Dagster partition (`partitions_admin.py`).
+Its entries stay in the store: registering it again and materializing builds the same
+table. A schema that other registered schemas relate to is refused (`bad-input`) unless
+`--force` is given: their tables then stay as they are, and wait for it. A schema named
+by its id that is no longer registered but still has a partition (an unregistration cut
+short after the database's part) loses the partition now.
 """
 
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from p2panda_assets.errors import P2pandaError, Reason
+
+if TYPE_CHECKING:
+    from p2panda_assets.store.unregister import Dependent
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -25,7 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     command.add_argument(
         "--force",
         action="store_true",
-        help="also when other registered schemas relate to it (their tables stay)",
+        help="unregister it even if other registered schemas relate to it: their tables"
+        " stay as they are, and are not built again until it is registered again",
     )
     command.set_defaults(run=run_unregister)
 
@@ -51,7 +57,25 @@ def run_unregister(args: argparse.Namespace) -> int:
     print(f"{schema_id}  {removed.name or '-'}  unregistered  {removed.table_name}")
     for table in removed.version_tables:
         print(f"  version table {table}")
-    print(f"  {removed.accounts} entries no longer accounted to its table; the store keeps them")
+    print(
+        f"  {removed.accounts} entries of its logs wait for it to be registered again"
+        " (pending); the store keeps them"
+    )
     if removed.dependents:
-        print(f"  still related to by {', '.join(removed.dependents)} (their tables stay)")
+        print(f"  {forced_line(removed.dependents)}")
     return 0
+
+
+def forced_line(related: list[Dependent]) -> str:
+    """What --force left behind: the schemas that relate to the one unregistered, by
+    name and id, and what becomes of their tables."""
+    names = ", ".join(map(str, related))
+    if len(related) == 1:
+        return (
+            f"{names} relates to it: its table stays as it is, and is not built again"
+            " until this schema is registered again"
+        )
+    return (
+        f"{names} relate to it: their tables stay as they are, and are not built again"
+        " until this schema is registered again"
+    )

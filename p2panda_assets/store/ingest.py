@@ -11,12 +11,20 @@ merged into `p2panda.entries` by one INSERT ... ON CONFLICT, committed per batch
 ingest` merges two batches at once, on two connections: the merge costs PostgreSQL more
 than the check costs Python (bench/ingest.py).
 
-Counting follows the entries one by one, in order, whatever the batch boundaries:
+Counting follows the entries one by one, in order, whatever the batch boundaries (rule
+L-DUPLICATE, docs/semantics.md):
 - a new entry hash is `accepted` (no verdict) or `rejected` (stored with a verdict);
-- a hash already stored, or seen earlier in the input, is a `duplicate`, except that a
-  good copy replaces a stored copy whose payload was wrong or missing (the good copy wins
-  whatever the order): then it counts as `accepted`;
+- a copy of a stored entry (stored before, or earlier in the input) replaces it when the
+  stored copy's payload was wrong or missing and this one's is right, or wrong with the
+  smaller verdict (the good copy wins whatever the order): `accepted`, or `rejected`
+  (stored with its verdict);
+- else a copy with the stored payload, or with none, is a `duplicate`; a copy with
+  another payload is `rejected` as `payload-conflict` and not stored (`Conflict`: the
+  caller says so, as nothing in the store records it);
 - a line that is not an entry at all (`BadLine`) is `rejected` and not stored.
+
+Copies of one entry within a batch are merged one after the other, in input order
+(`rounds`): the second copy of each entry after the first copies of all, and so on.
 """
 
 from __future__ import annotations
@@ -63,7 +71,9 @@ _COPY_STAGING = f"COPY {_STAGING} FROM STDIN"
 # Ordered by hash so that concurrent ingests of overlapping data cannot deadlock. A
 # replaced copy gets a fresh ingest_seq (it is news to the pipeline), and any accounting
 # of the bad copy is dropped: the entry now waits for verification like a new one. A copy
-# with a wrong payload replaces one too, if its verdict is the smaller (`smaller_verdict`).
+# with a wrong payload replaces one too, if its (verdict, message) sorts first in the "C"
+# collation, by code point: as the engine keeps the smallest rejection, so which copy the
+# store holds does not depend on the order the copies arrived in.
 _MERGE = f"""
 WITH written AS (
     INSERT INTO p2panda.entries AS e
@@ -88,12 +98,16 @@ WITH written AS (
     DELETE FROM p2panda.message_index
     WHERE hash IN (SELECT hash FROM written WHERE NOT inserted)
 )
-SELECT
-    count(*) FILTER (WHERE inserted AND verdict IS NULL),
-    count(*) FILTER (WHERE inserted AND verdict IS NOT NULL),
-    count(*) FILTER (WHERE NOT inserted AND verdict IS NULL),
-    count(*) FILTER (WHERE inserted AND hash = ANY(%(first_bad)s))
+SELECT count(*) FILTER (WHERE verdict IS NULL), count(*) FILTER (WHERE verdict IS NOT NULL)
 FROM written
+"""
+# After the merge, the staged copies that were not written and whose payload is not the
+# stored one (a written copy's is). A copy without a payload conflicts with nothing.
+_CONFLICTS = f"""
+SELECT s.hash, s.verdict, e.verdict, e.payload IS NULL
+FROM {_STAGING} s JOIN p2panda.entries e ON e.hash = s.hash
+WHERE s.payload IS NOT NULL AND e.payload IS DISTINCT FROM s.payload
+ORDER BY s.hash
 """
 
 
@@ -116,14 +130,55 @@ class IngestCounts:
 
 
 @dataclass(frozen=True, slots=True)
+class Conflict:
+    """A copy of a stored entry with another payload: rejected, not stored."""
+
+    position: int  # of its item in the input, from 0 (bad lines count)
+    hash: bytes
+    verdict: str | None  # what ingest says of the copy itself (its payload's mismatch)
+    stored_verdict: str | None  # of the stored copy: None if its payload is right
+    stored_without_payload: bool
+
+    @property
+    def message(self) -> str:
+        """Why the copy is not stored, in a line's words."""
+        if self.stored_without_payload:
+            stored = "without a payload"
+        elif self.stored_verdict is None:
+            stored = "with the payload it names"
+        else:
+            stored = f"with another payload ({self.stored_verdict})"
+        own = f" ({self.verdict})" if self.verdict else ""
+        return f"entry {self.hash.hex()} is stored {stored}; this copy's differs{own}: not stored"
+
+
+@dataclass(frozen=True, slots=True)
+class Round:
+    """At most one copy of each entry of a batch, as COPY text, with their positions."""
+
+    copy_text: str
+    rows: list[Row]
+    positions: list[int]  # of each row's item in the input
+
+    def positions_by_hash(self) -> dict[bytes, int]:
+        return {row[0]: position for row, position in zip(self.rows, self.positions, strict=True)}
+
+
+@dataclass(frozen=True, slots=True)
 class StagedBatch:
     """One batch, checked and rendered as COPY text, ready for the database."""
 
-    copy_text: str
-    first_bad: list[bytes]  # hashes whose first copy had a payload verdict, then a good one
-    entries: int  # (entry, payload) pairs in the batch, copies included
+    rounds: list[Round]  # the first copy of each entry, then the second ones, ...
     bad_lines: int
     hashes: frozenset[bytes]  # of the entries it stores
+
+
+@dataclass(frozen=True, slots=True)
+class Merged:
+    """What merging one batch did."""
+
+    counts: IngestCounts
+    conflicts: list[Conflict]
 
 
 def ingest(
@@ -133,6 +188,7 @@ def ingest(
     batch_size: int = BATCH_SIZE,
     progress: Callable[[IngestCounts], None] | None = None,
     spare: psycopg.Connection | None = None,
+    conflict: Callable[[Conflict], None] | None = None,
 ) -> IngestCounts:
     """Store `items` (what `jsonlines.read_entry_lines` yields); the counts.
 
@@ -141,28 +197,36 @@ def ingest(
     entries as duplicates. While the database merges one batch, the next is decoded and
     checked in this thread: the two overlap on two cores. With a `spare` connection
     (autocommit, like `conn`), two batches merge at once, in two backends: the merge is
-    the larger half of the work. `progress` is called with the running totals after each
-    batch.
+    the larger half of the work. After each batch, `conflict` is called with each of
+    its copies counted as `payload-conflict`, in input order, then `progress` with the
+    running totals.
     """
     connections = [conn] if spare is None else [conn, spare]
     counts = IngestCounts()
-    merging: deque[tuple[Future[IngestCounts], frozenset[bytes]]] = deque()
+    merging: deque[tuple[Future[Merged], frozenset[bytes]]] = deque()
+
+    def report(merged: Merged) -> IngestCounts:
+        for found in merged.conflicts:
+            if conflict is not None:
+                conflict(found)
+        return _report(counts + merged.counts, progress)
+
     with ThreadPoolExecutor(len(connections), thread_name_prefix="p2panda-ingest") as database:
         for number, batch in enumerate(_batches(items, batch_size)):
-            staged = stage_batch(batch)
+            staged = stage_batch(batch, start=number * batch_size)
             while merging and (len(merging) == len(connections) or _overlaps(staged, merging)):
-                counts = _report(counts + merging.popleft()[0].result(), progress)
+                counts = report(merging.popleft()[0].result())
             # The batches still merging are the ones just before this: their
             # connections are not this one's.
             on = connections[number % len(connections)]
             merging.append((database.submit(store_batch, on, staged), staged.hashes))
         while merging:
-            counts = _report(counts + merging.popleft()[0].result(), progress)
+            counts = report(merging.popleft()[0].result())
     return counts
 
 
 def _overlaps(
-    staged: StagedBatch, merging: Iterable[tuple[Future[IngestCounts], frozenset[bytes]]]
+    staged: StagedBatch, merging: Iterable[tuple[Future[Merged], frozenset[bytes]]]
 ) -> bool:
     """Whether a batch shares an entry with one still merging. It then waits for that
     one: batches that merge at once share no entry, so the counts are those of merging
@@ -177,36 +241,76 @@ def _report(counts: IngestCounts, progress: Callable[[IngestCounts], None] | Non
     return counts
 
 
-def stage_batch(batch: list[Item]) -> StagedBatch:
-    """Check every entry of a batch and render the distinct ones as COPY text."""
-    rows = [check_entry(*item) for item in batch if not isinstance(item, BadLine)]
-    kept, first_bad = collapse_copies(rows)
+def stage_batch(batch: list[Item], start: int = 0) -> StagedBatch:
+    """Check every entry of a batch and cut it into rounds (`rounds`); `start` is the
+    position of the batch's first item in the input."""
+    located = [
+        (start + index, check_entry(*item))
+        for index, item in enumerate(batch)
+        if not isinstance(item, BadLine)
+    ]
+    rounds = [
+        Round("".join(map(_copy_line, rows)), rows, positions)
+        for positions, rows in rounds_of(located)
+    ]
     return StagedBatch(
-        copy_text="".join(map(_copy_line, kept)),
-        first_bad=list(first_bad),
-        entries=len(rows),
-        bad_lines=len(batch) - len(rows),
-        hashes=frozenset(row[0] for row in kept),
+        rounds=rounds,
+        bad_lines=len(batch) - len(located),
+        hashes=frozenset(row[0] for row in rounds[0].rows) if rounds else frozenset(),
     )
 
 
-def store_batch(conn: psycopg.Connection, staged: StagedBatch) -> IngestCounts:
-    """COPY a staged batch and merge it into the store, in one transaction."""
+def rounds_of(located: list[tuple[int, Row]]) -> list[tuple[list[int], list[Row]]]:
+    """The copies of a batch in rounds: round k holds the (k+1)-th copy of each entry,
+    so that merging the rounds in order merges every entry's copies in input order (the
+    merge of one statement takes one row per entry). Nearly every batch is one round."""
+    rounds: list[tuple[list[int], list[Row]]] = []
+    copies: dict[bytes, int] = {}
+    for position, row in located:
+        number = copies.get(row[0], 0)
+        copies[row[0]] = number + 1
+        if number == len(rounds):
+            rounds.append(([], []))
+        rounds[number][0].append(position)
+        rounds[number][1].append(row)
+    return rounds
+
+
+def store_batch(conn: psycopg.Connection, staged: StagedBatch) -> Merged:
+    """COPY a staged batch and merge it into the store, round by round, in one
+    transaction."""
+    counts = IngestCounts(rejected=staged.bad_lines)
+    conflicts: list[Conflict] = []
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock_shared(%s)", (INGEST_LOCK,))
         conn.execute(_CREATE_STAGING)  # a no-op but for the first batch of a session
-        with conn.cursor() as cursor:
-            with cursor.copy(_COPY_STAGING) as copy:
-                copy.write(staged.copy_text)
-            cursor.execute(
-                _MERGE,
-                {"payload_verdicts": list(PAYLOAD_VERDICTS), "first_bad": staged.first_bad},
-            )
-            new_good, new_bad, replaced, first_bad_new = cursor.fetchone() or (0, 0, 0, 0)
-    accepted = new_good + replaced
-    rejected = new_bad + first_bad_new  # a bad first copy, then a good one: both count
-    duplicate = staged.entries - accepted - rejected
-    return IngestCounts(accepted, duplicate, rejected + staged.bad_lines)
+        for number, round_ in enumerate(staged.rounds):
+            if number:
+                conn.execute(f"TRUNCATE {_STAGING}")
+            merged = store_round(conn, round_)
+            counts, conflicts = counts + merged.counts, conflicts + merged.conflicts
+    return Merged(counts, sorted(conflicts, key=lambda found: found.position))
+
+
+def store_round(conn: psycopg.Connection, round_: Round) -> Merged:
+    """Merge one round, and count its copies (rule L-DUPLICATE): written (new, or replacing a
+    stored copy with a wrong payload) `accepted` or `rejected` by their verdict; not
+    written, `rejected` as conflicts if their payload is another, else `duplicate`."""
+    with conn.cursor() as cursor:
+        with cursor.copy(_COPY_STAGING) as copy:
+            copy.write(round_.copy_text)
+        cursor.execute(_MERGE, {"payload_verdicts": list(PAYLOAD_VERDICTS)})
+        good, bad = cursor.fetchone() or (0, 0)
+        found = []
+        if good + bad < len(round_.rows):  # a copy not written: it may conflict
+            found = cursor.execute(_CONFLICTS).fetchall()
+    positions = round_.positions_by_hash() if found else {}
+    conflicts = [
+        Conflict(positions[bytes(hash_)], bytes(hash_), verdict, stored, bare)
+        for hash_, verdict, stored, bare in found
+    ]
+    duplicate = len(round_.rows) - good - bad - len(conflicts)
+    return Merged(IngestCounts(good, duplicate, bad + len(conflicts)), conflicts)
 
 
 def check_entry(entry: bytes, payload: bytes | None) -> Row:
@@ -231,34 +335,6 @@ def check_entry(entry: bytes, payload: bytes | None) -> Row:
         verdict,
         message,
     )
-
-
-def collapse_copies(rows: list[Row]) -> tuple[list[Row], set[bytes]]:
-    """One row per entry hash: the first copy, or the first good one after a first copy
-    with a payload verdict, or else the copy with the `smaller_verdict`. Also the hashes
-    whose first copy was such a bad one, then a good one came (they count as rejected
-    and then accepted, if new to the store)."""
-    kept: dict[bytes, Row] = {}
-    first_bad: set[bytes] = set()
-    for row in rows:
-        hash_ = row[0]
-        previous = kept.get(hash_)
-        if previous is None:
-            kept[hash_] = row
-        elif previous[6] in PAYLOAD_VERDICTS and row[6] is None:
-            kept[hash_] = row
-            first_bad.add(hash_)
-        elif previous[6] in PAYLOAD_VERDICTS and smaller_verdict(row, previous):
-            kept[hash_] = row
-    return list(kept.values()), first_bad
-
-
-def smaller_verdict(row: Row, than: Row) -> bool:
-    """Of two copies of an entry with wrong payloads, the one whose (verdict, message)
-    sorts first is kept, as the engine keeps the smallest rejection: which the store
-    holds does not depend on the order the copies arrived in (`_MERGE` compares them
-    in the "C" collation, by code point as here)."""
-    return row[6] is not None and (row[6], row[7] or "") < (than[6] or "", than[7] or "")
 
 
 def _copy_line(row: Row) -> str:

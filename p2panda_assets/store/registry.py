@@ -254,6 +254,15 @@ def _with_int_log_id(row: RegistryRow) -> RegistryRow:
     return replace(row, log_id=int(row.log_id))
 
 
+def log_is_stored(conn: psycopg.Connection, author: bytes, log_id: int) -> bool:
+    """Whether the store holds any entry of the log (by the entries' log index)."""
+    row = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM p2panda.entries WHERE author = %s AND log_id = %s)",
+        (author, log_id),
+    ).fetchone()
+    return bool(row and row[0])
+
+
 def schema_entry_count(conn: psycopg.Connection, schema_id: str) -> int:
     """Entries in the logs the index assigned to the schema (its own log included)."""
     row = conn.execute(

@@ -2,11 +2,13 @@
 in one transaction; the entries it was built from stay.
 
 What goes: its table (`p2panda_data.s_...`), its version tables (`p2panda_versions`) and
-their rows in `p2panda.schema_versions`, its registry row, its deleted set, and the
-accounts its builds wrote (origin `instance`), so that `panda status` counts those
-entries as not yet processed rather than applied to a table that is gone. The accounts
-the verification and index steps wrote stay: they describe the entries, and `panda
-status` counts them as "not registered", as any unregistered schema's. The views are
+their rows in `p2panda.schema_versions`, its registry row and its deleted set. The
+accounts its builds wrote (origin `instance`) become what the index step writes for the
+logs of a schema that is not registered (`wait_for_registration`): their entries are
+pending, awaiting the schema, rather than applied to a table that is gone, or accounted
+for by nothing (rule A-ONCE). The accounts the verification and index steps wrote stay:
+they describe the entries. `panda status` counts both as "not registered", as any
+unregistered schema's, and the next index step writes them again as it decides. The views are
 dropped first (they depend on the tables) and made again from the registry last, under
 the views lock, as a registration does. The entry store is append-only: registering the
 schema again and materializing it builds the same table from the same entries.
@@ -44,28 +46,59 @@ class Unregistered:
     name: str | None  # the registered name, else the schema's own
     table_name: str
     version_tables: list[str]  # of the versions `--as-of-version` had built, by version
-    accounts: int  # instance accounts removed (those entries count as unprocessed again)
+    accounts: int  # instance accounts made pending (their entries wait for the schema)
     deleted: int  # rows of its deleted set removed
-    dependents: list[str]  # registered schemas that relate to it (only with force)
+    dependents: list[Dependent]  # registered schemas that relate to it (only with force)
 
 
-def dependents(conn: psycopg.Connection, schema_id: str) -> list[str]:
+@dataclass(frozen=True, slots=True)
+class Dependent:
+    """A registered schema whose relations reach the one unregistered."""
+
+    schema_id: str
+    name: str | None  # the registered name, else the schema's own
+
+    def __str__(self) -> str:
+        return self.schema_id if self.name is None else f"{self.name} ({self.schema_id})"
+
+
+def dependents(conn: psycopg.Connection, schema_id: str) -> list[Dependent]:
     """The other registered schemas whose relations reach `schema_id` (their registry
     row's `upstream` names it), by schema id."""
     rows = conn.execute(
-        "SELECT schema_id FROM p2panda.schemas WHERE schema_id <> %s AND %s = ANY(upstream)"
-        " ORDER BY schema_id",
+        "SELECT schema_id, coalesce(registered_name, name) FROM p2panda.schemas"
+        " WHERE schema_id <> %s AND %s = ANY(upstream) ORDER BY schema_id",
         (schema_id, schema_id),
     ).fetchall()
-    return [row[0] for row in rows]
+    return [Dependent(*row) for row in rows]
+
+
+def force_refusal(schema_id: str, name: str | None, related: list[Dependent]) -> str:
+    """Why a schema others relate to is not unregistered without --force, and what
+    --force would do, in words a new user can act on: each schema by name and id once,
+    by name after that."""
+    shown = schema_id if name is None else f"{name} ({schema_id})"
+    short = name or schema_id
+    if len(related) == 1:
+        other = related[0].name or related[0].schema_id
+        return (
+            f"{related[0]} relates to {shown}: unregister {other} first, or run again with"
+            f" --force to unregister {short} anyway; {other}'s table then stays as it is,"
+            f" and is not built again until {short} is registered again"
+        )
+    return (
+        f"{', '.join(map(str, related))} relate to {shown}: unregister them first, or run"
+        f" again with --force to unregister {short} anyway; their tables then stay as they"
+        f" are, and are not built again until {short} is registered again"
+    )
 
 
 def unregister(conn: psycopg.Connection, schema_id: str, force: bool = False) -> Unregistered:
-    """Remove a registered schema's table, version tables, registry row, deleted set and
-    instance accounts, and make the views again, in one transaction; `awaiting-schema`
-    if it is not registered, `bad-input` if other registered schemas relate to it and
-    `force` is not given. Under the pipeline lock, so that no build swaps its table back
-    in meanwhile; `conn` is an autocommit connection."""
+    """Remove a registered schema's table, version tables, registry row and deleted set,
+    make its instance accounts pending, and make the views again, in one transaction;
+    `awaiting-schema` if it is not registered, `bad-input` if other registered schemas
+    relate to it and `force` is not given. Under the pipeline lock, so that no build
+    swaps its table back in meanwhile; `conn` is an autocommit connection."""
     parse_schema_id(schema_id)  # `bad-value` for what is not a schema id
     hold_pipeline_lock(conn)
     try:
@@ -87,11 +120,7 @@ def _unregister(conn: psycopg.Connection, schema_id: str, force: bool) -> Unregi
     table_name, name = row
     related = dependents(conn, schema_id)
     if related and not force:
-        raise P2pandaError(
-            Reason.BAD_INPUT,
-            f"registered schemas relate to {schema_id}: {', '.join(related)}; unregister"
-            " them first, or give --force (their tables stay, and wait for it)",
-        )
+        raise P2pandaError(Reason.BAD_INPUT, force_refusal(schema_id, name, related))
     drop_views(conn)  # they depend on the tables
     versions = conn.execute(
         "DELETE FROM p2panda.schema_versions WHERE schema_id = %s RETURNING version, table_name",
@@ -100,10 +129,7 @@ def _unregister(conn: psycopg.Connection, schema_id: str, force: bool) -> Unregi
     version_tables = [table for _, table in sorted(versions)]
     for table in [table_name, *version_tables]:
         _drop_table(conn, schema_id, table)
-    accounts = conn.execute(
-        "DELETE FROM p2panda.accounts WHERE origin = 'instance' AND schema_id = %s",
-        (schema_id,),
-    ).rowcount
+    accounts = wait_for_registration(conn, schema_id)
     deleted = conn.execute(
         "DELETE FROM p2panda.deleted_instances WHERE schema_id = %s", (schema_id,)
     ).rowcount
@@ -111,6 +137,24 @@ def _unregister(conn: psycopg.Connection, schema_id: str, force: bool) -> Unregi
     _forget_build_states(conn)
     create_views(conn)
     return Unregistered(schema_id, name, table_name, version_tables, accounts, deleted, related)
+
+
+def wait_for_registration(conn: psycopg.Connection, schema_id: str) -> int:
+    """Account the entries the schema's builds accounted for as the index step does
+    those of a schema that is not registered (`engine.corpus.Catalog.resolve`): pending,
+    `awaiting-schema`, under origin `pending`, which the next index step replaces
+    (rule A-ONCE: every stored entry stays accounted for). A rejection stays one: the
+    same entries are rejected again when the schema is registered again. How many were
+    made pending."""
+    states = conn.execute(
+        "UPDATE p2panda.accounts SET origin = 'pending',"
+        " state = CASE WHEN state = 'rejected' THEN state ELSE 'pending' END,"
+        " reason = CASE WHEN state = 'rejected' THEN reason ELSE %s END,"
+        " message = CASE WHEN state = 'rejected' THEN message ELSE %s END"
+        " WHERE origin = 'instance' AND schema_id = %s RETURNING state",
+        (Reason.AWAITING_SCHEMA.value, f"schema {schema_id} is not registered", schema_id),
+    ).fetchall()
+    return sum(state == "pending" for (state,) in states)
 
 
 def _forget_build_states(conn: psycopg.Connection) -> None:

@@ -235,7 +235,11 @@ def test_preview_takes_a_schema_name(capsys, tmp_path: Path) -> None:
     assert run(capsys, "preview", story, "--schema", "note") == by_id
     code, out, err = run(capsys, "preview", story, "--schema", "nope")
     assert (code, out) == (1, "")
-    assert err == "error: awaiting-schema: no schema named 'nope' is in the input\n"
+    assert (
+        err == "error: unknown-schema: no schema named 'nope' is in the input; the closest: note\n"
+    )
+    code, _, err = run(capsys, "preview", story, "--schema", "zzz")
+    assert err == "error: unknown-schema: no schema named 'zzz' is in the input\n"
 
 
 def test_preview_refuses_a_name_two_schemas_share(capsys, tmp_path: Path) -> None:
@@ -274,7 +278,7 @@ def test_every_command_reads_a_schema_id_as_panda_register_takes_it(capsys, tmp_
     author, log_id = schema_id.rsplit("-", 1)
     assert resolve_schemas([f"{author}-{'0' * 5_000}{log_id}"]) == [schema_id]
     code, _, err = run(capsys, "preview", story, "--schema", f"{author}-{'9' * 5_000}")
-    assert code == 1 and err.startswith("error: awaiting-schema: no schema named")
+    assert code == 1 and err.startswith("error: unknown-schema: no schema named")
 
 
 @pytest.mark.postgres
@@ -324,7 +328,7 @@ def test_materialize_takes_schema_names(capsys, conn, monkeypatch: pytest.Monkey
     assert calls == [([mail, profile],), (mail, 2)]
 
     code, _, err = run(capsys, "materialize", "nope")
-    assert (code, err) == (1, "error: awaiting-schema: no schema named 'nope' is registered\n")
+    assert (code, err) == (1, "error: unknown-schema: no schema named 'nope' is registered\n")
     code, _, err = run(capsys, "materialize", "dup")
     assert code == 1
     assert err == (

@@ -106,7 +106,8 @@ def test_a_good_copy_replaces_a_stored_bad_payload(conn, pairs: list[Pair]) -> N
 def test_a_bad_copy_never_replaces_a_good_one(conn, pairs: list[Pair]) -> None:
     entry, payload = pairs[0]
     assert ingest(conn, [(entry, payload)]) == IngestCounts(1, 0, 0)
-    assert ingest(conn, [(entry, b"wrong"), (entry, None)]) == IngestCounts(0, 2, 0)
+    # The wrong payload is a payload-conflict (rejected, not stored); no payload: duplicate.
+    assert ingest(conn, [(entry, b"wrong"), (entry, None)]) == IngestCounts(0, 1, 1)
     assert stored(conn, entry)[:2] == (payload, None)
 
 
@@ -125,7 +126,7 @@ def test_the_good_copy_wins_within_one_batch(conn, pairs: list[Pair], bad_first:
 def test_a_bad_copy_stays_until_a_good_one_comes(conn, pairs: list[Pair]) -> None:
     entry, _ = pairs[0]
     assert ingest(conn, [(entry, None)]) == IngestCounts(0, 0, 1)
-    assert ingest(conn, [(entry, b"also wrong")]) == IngestCounts(0, 1, 0)
+    assert ingest(conn, [(entry, b"also wrong")]) == IngestCounts(0, 0, 1)  # payload-conflict
     assert stored(conn, entry)[1] == Reason.MISSING_PAYLOAD
 
 
@@ -171,7 +172,8 @@ def test_counts_do_not_depend_on_batch_size(
             )
             assert count_entries(conn) == 5
             assert {bytes(stored(conn, e)[0]) for e, _ in pairs} == {p for _, p in pairs}
-    assert results == {IngestCounts(accepted=5, duplicate=3, rejected=3)}
+    # (e1, b"x") after the good e1: a payload-conflict, rejected
+    assert results == {IngestCounts(accepted=5, duplicate=2, rejected=4)}
 
 
 def junk_before(hash_: bytes, count: int) -> list[Pair]:

@@ -291,7 +291,8 @@ def test_a_table_built_by_the_swap_goes_with_everything_derived_from_it(
     assert (code, err) == (0, "")
     assert out.splitlines()[0].split() == [note, "note", "unregistered", table_name_for(note)]
     assert f"version table {version_table_name_for(note, 2)}" in out
-    assert "4 entries no longer accounted to its table" in out
+    pending = sum(state != "rejected" for _, state, _, _ in before.instance_accounts)
+    assert f"{pending} entries of its logs wait for it to be registered again" in out
 
     assert_gone(conn, note, before_tables(before))
     assert derived(conn, memo) == memo_before
@@ -299,7 +300,10 @@ def test_a_table_built_by_the_swap_goes_with_everything_derived_from_it(
     assert has_partition(memo)
     assert stored_entries(conn) == len(notes.pairs)
     assert [row.schema_id for row in status_rows(conn)] == [memo]
-    assert store_totals(conn).unprocessed == unprocessed + 4
+    # Every entry stays accounted for: the table's accounts wait for the schema now.
+    after = store_totals(conn)
+    assert after.unprocessed == unprocessed
+    assert after.unregistered_pending + after.unregistered_rejected == 4
 
 
 @pytest.mark.postgres
@@ -338,7 +342,7 @@ def test_a_table_something_else_depends_on_is_kept_with_everything_else(
 
 
 @pytest.mark.postgres
-def test_an_unknown_name_or_schema_id_is_awaiting_schema(
+def test_an_unknown_name_or_schema_id_is_refused(
     conn: psycopg.Connection,
     p2panda_home: Path,
     dagster_home: Path,
@@ -349,10 +353,13 @@ def test_an_unknown_name_or_schema_id_is_awaiting_schema(
     note = notes.schemas["note"]
     register(conn, note.owner.key_pair.public_key, note.log_id, None)
     before = registered_schemas(conn)
-    for argument in ("nosuch", UNKNOWN_ID):
+    for argument, reason in (
+        ("nosuch", Reason.UNKNOWN_SCHEMA),
+        (UNKNOWN_ID, Reason.AWAITING_SCHEMA),
+    ):
         code, out, err = run(capsys, "unregister", argument)
         assert (code, out) == (1, "")
-        assert err.startswith(f"error: {Reason.AWAITING_SCHEMA}: ") and argument in err
+        assert err.startswith(f"error: {reason}: ") and argument in err
     assert registered_schemas(conn) == before
 
 
@@ -464,18 +471,19 @@ def test_unregister_then_register_again_brings_the_same_table_back(
     assert derived(conn, profile) == profile_before
     assert has_partition(profile)
     assert stored_entries(conn) == len(related.pairs)
-    # The instance log's entries are not processed now; the schema log's are accounted
-    # as any unregistered schema's, until the next index step.
-    assert derived(conn, mail).other_accounts == mail_before.other_accounts
+    # The instance log's entries wait for the schema now, and the schema log's are
+    # accounted as any unregistered schema's, until the next index step.
+    others = derived(conn, mail).other_accounts
+    assert set(mail_before.other_accounts) < set(others) and len(others) == 6
     after = store_totals(conn)
-    assert after.unprocessed == len(mail_before.instance_accounts) == 3
+    assert after.unprocessed == 0
     unregistered = (
         after.unregistered_applied
         + after.unregistered_superseded
         + after.unregistered_pending
         + after.unregistered_rejected
     )
-    assert unregistered == len(mail_before.other_accounts) == 3
+    assert unregistered == len(mail_before.other_accounts) + 3 == 6
     stored = sum(row.stored for row in status_rows(conn))
     assert stored + after.unprocessed + unregistered == stored_entries(conn)
 
@@ -517,15 +525,15 @@ def test_a_schema_others_relate_to_is_only_unregistered_with_force(
 
     code, out, err = run(capsys, "unregister", "profile")
     assert (code, out) == (1, "")
-    assert err.startswith(f"error: {Reason.BAD_INPUT}: registered schemas relate to {profile}: ")
-    assert mail in err and "--force" in err and len(err.splitlines()) == 1
+    assert err.startswith(f"error: {Reason.BAD_INPUT}: mail ({mail}) relates to profile ")
+    assert "--force" in err and len(err.splitlines()) == 1
     assert derived(conn, profile) == profile_before and derived(conn, mail) == mail_before
     assert views(conn) == views_before == ["mail", "profile"]
     assert has_partition(profile)
 
     code, out, err = run(capsys, "unregister", "profile", "--force")
     assert (code, err) == (0, "")
-    assert f"still related to by {mail}" in out
+    assert f"mail ({mail}) relates to it: its table stays as it is" in out
     assert_gone(conn, profile, before_tables(profile_before))
     assert derived(conn, mail) == mail_before
     assert views(conn) == ["mail"]
