@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
@@ -20,13 +20,18 @@ import psycopg
 from dagster._utils.error import SerializableErrorInfo
 
 from p2panda_assets.dead_runs import fail_dead_runs, process_tags
-from p2panda_assets.defs.partitions import BUILT_FROM
+from p2panda_assets.defs.partitions import (
+    BUILT_FROM,
+    partition_key,
+    partition_keys,
+    sync_partitions,
+)
+from p2panda_assets.defs.partitions import SCHEMAS as SCHEMAS  # the command line's name for it
 from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.home import p2panda_home
 from p2panda_assets.store.database import DATABASE_URL_ENV, connect, database_url, ensure_schema
 from p2panda_assets.store.tables import built_fingerprints, stale_cascades
 
-SCHEMAS = "schemas"
 JOB = "materialize_schema"
 AS_OF_JOB = "materialize_as_of_version"
 TABLE = dg.AssetKey("materialized_table")
@@ -62,16 +67,14 @@ def a_short_run() -> Iterator[None]:
 
 
 def add_partition(schema_id: str) -> None:
-    """Make a newly registered schema a partition of the asset family."""
+    """Make a newly registered schema a partition of the asset family, under its key
+    (`partition_key`: a schema registered again with another name changes key)."""
     prepare_environment()
+    with connect(autocommit=True) as conn:
+        ensure_schema(conn)
+        key = partition_keys(conn).get(schema_id, partition_key(None, schema_id))
     with dg.DagsterInstance.get() as instance:
-        add_partitions(instance, [schema_id])
-
-
-def add_partitions(instance: dg.DagsterInstance, schema_ids: list[str]) -> None:
-    missing = [s for s in schema_ids if not instance.has_dynamic_partition(SCHEMAS, s)]
-    if missing:
-        instance.add_dynamic_partitions(SCHEMAS, missing)
+        sync_partitions(instance, [key], of_schema=schema_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,24 +100,24 @@ def materialize(schema_ids: list[str] | None = None) -> Materialized:
     one Spark job and the others report theirs. A schema whose run fails does not stop
     the others. With nothing new for any of them (`up_to_date`), no run is launched."""
     from p2panda_assets.store.pipeline_state import current_index
-    from p2panda_assets.store.registry import registered_schemas
 
     prepare_environment()
     with dg.DagsterInstance.get() as instance, connect(autocommit=True) as conn:
         ensure_schema(conn)
-        registered = [row.schema_id for row in registered_schemas(conn)]
+        keys = partition_keys(conn)
+        registered = list(keys)
         targets = list(schema_ids or registered)
         unknown = [s for s in targets if s not in registered]
         if unknown:
             raise P2pandaError(Reason.AWAITING_SCHEMA, f"not registered: {', '.join(unknown)}")
         if not targets:
             return Materialized([], [])
-        add_partitions(instance, registered)
+        sync_partitions(instance, list(keys.values()))
         fail_dead_runs(instance)
         fingerprint = current_index(conn)
         if fingerprint is not None:
             ordered = _in_build_order(conn, targets, registered)
-            if up_to_date(instance, conn, ordered, fingerprint):
+            if up_to_date(instance, conn, {s: keys[s] for s in ordered}, fingerprint):
                 return Materialized(ordered, [], launched=False)
         # Not before: the code location imports Spark, pandera and pandas (seconds).
         from p2panda_assets.definitions import defs
@@ -122,7 +125,8 @@ def materialize(schema_ids: list[str] | None = None) -> Materialized:
 
         job = defs.resolve_job_def(JOB)
         # The index step (asset raw_entries) comes first: the relation order needs it.
-        index_run = _run(job, instance, targets[0], [dg.AssetKey("raw_entries")], {})
+        first = targets[0]
+        index_run = _run(job, instance, keys[first], first, [dg.AssetKey("raw_entries")], {})
         if index_run is not None:
             raise P2pandaError(index_run.reason, index_run.message)
         ordered = _in_build_order(conn, targets, registered)
@@ -130,7 +134,7 @@ def materialize(schema_ids: list[str] | None = None) -> Materialized:
         failed = [
             failure
             for schema_id in ordered
-            if (failure := _run(job, instance, schema_id, None, batch)) is not None
+            if (failure := _run(job, instance, keys[schema_id], schema_id, None, batch)) is not None
         ]
     return Materialized(ordered, failed)
 
@@ -160,7 +164,7 @@ def materialize_as_of(schema_id: str, version: int) -> None:
 
 
 def up_to_date(
-    instance: dg.DagsterInstance, conn: psycopg.Connection, schema_ids: list[str], index: str
+    instance: dg.DagsterInstance, conn: psycopg.Connection, keys: Mapping[str, str], index: str
 ) -> bool:
     """Whether runs of `schema_ids` would change nothing, `index` being the fingerprint of
     an index with nothing left to do (`current_index`): each table built from it (so
@@ -168,18 +172,25 @@ def up_to_date(
     `materialized_table` saying so. The second keeps the UI true: a run killed after the
     build, before it reported, leaves the partition showing an older build, and the
     next run reports this one. A table whose cascades read a deleted set that a run of
-    its source changed since is not up to date either (`stale_cascades`)."""
+    its source changed since is not up to date either (`stale_cascades`). `keys`: the
+    partition key of each schema id."""
+    schema_ids = list(keys)
     built = built_fingerprints(conn, schema_ids)
     if stale_cascades(conn, schema_ids):
         return False
-    return all(built.get(s) == index and shown_built_from(instance, s) == index for s in schema_ids)
+    return all(
+        built.get(s) == index and shown_built_from(instance, s, key) == index
+        for s, key in keys.items()
+    )
 
 
-def shown_built_from(instance: dg.DagsterInstance, schema_id: str) -> str | None:
+def shown_built_from(instance: dg.DagsterInstance, schema_id: str, key: str) -> str | None:
     """The index the partition's latest `materialized_table` materialization was built
-    from (None: none, or a pending one)."""
+    from (None: none, or a pending one); under its key, or under its bare id, the key
+    of an instance from before the names (`defs.partitions`): that history counts."""
     records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=TABLE, asset_partitions=[schema_id]), limit=1
+        dg.AssetRecordsFilter(asset_key=TABLE, asset_partitions=sorted({key, schema_id})),
+        limit=1,
     ).records
     shown = records[0].asset_materialization if records else None
     value = shown.metadata.get(BUILT_FROM) if shown is not None else None
@@ -212,15 +223,17 @@ def _with_upstream(targets: set[str], upstream: dict[str, tuple[str, ...]]) -> s
 def _run(
     job: dg.JobDefinition,
     instance: dg.DagsterInstance,
+    key: str,
     schema_id: str,
     selection: list[dg.AssetKey] | None,
     tags: dict[str, str],
 ) -> Failed | None:
-    """One run of the family for `schema_id`; how it failed, if it did."""
+    """One run of the family for `schema_id` (its partition `key`); how it failed, if
+    it did."""
     result = job.execute_in_process(
         run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
         instance=instance,
-        partition_key=schema_id,
+        partition_key=key,
         asset_selection=selection,
         tags={**tags, **process_tags()},
         raise_on_error=False,

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import dagster as dg
 
-from p2panda_assets.orchestration import SCHEMAS, prepare_environment
+from p2panda_assets.defs.partitions import SCHEMAS, schema_id_of
+from p2panda_assets.orchestration import prepare_environment
 
 
 def remove_partition(schema_id: str) -> bool:
@@ -18,8 +19,10 @@ def remove_partition(schema_id: str) -> bool:
 
 
 def remove_partitions(instance: dg.DagsterInstance, schema_ids: list[str]) -> list[str]:
-    """Remove the partitions of `schema_ids`; those that were there."""
-    present = [s for s in schema_ids if instance.has_dynamic_partition(SCHEMAS, s)]
-    for schema_id in present:
-        instance.delete_dynamic_partition(SCHEMAS, schema_id)
+    """Remove every partition of `schema_ids`, whatever its key (`<name>.<id>`, a bare
+    id, a key from before a rename); the keys that were there."""
+    wanted = set(schema_ids)
+    present = [k for k in instance.get_dynamic_partitions(SCHEMAS) if schema_id_of(k) in wanted]
+    for key in present:
+        instance.delete_dynamic_partition(SCHEMAS, key)
     return present

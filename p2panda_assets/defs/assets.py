@@ -25,11 +25,12 @@ from dagster_pyspark import PySparkResource
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from p2panda_assets.defs.partitions import BUILT_FROM, schemas
+from p2panda_assets.defs.partitions import BUILT_FROM, schema_id_of, schemas
 from p2panda_assets.defs.resources import PostgresResource
 from p2panda_assets.engine.compatibility import history_compatibility
 from p2panda_assets.engine.corpus import Catalog
 from p2panda_assets.engine.relations import BuildOrder
+from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.pipeline.columns import pg_type
 from p2panda_assets.pipeline.index import last_index, run_index
 from p2panda_assets.pipeline.layers import decoded_paths, read_schema_layers
@@ -37,7 +38,7 @@ from p2panda_assets.pipeline.materialize import materialize_schemas
 from p2panda_assets.pipeline.watchdog import watched
 from p2panda_assets.protocol.ids import checked_schema_id
 from p2panda_assets.statuses import BUILT, BuildStatus
-from p2panda_assets.store.catalog import stored_catalog
+from p2panda_assets.store.catalog import registered_schemas, stored_catalog
 from p2panda_assets.store.registry import schema_entry_count, shown_name_of
 from p2panda_assets.store.tables import SYSTEM_COLUMNS, registry_outcome, table_exists
 
@@ -59,14 +60,36 @@ class MigrationPlan:
     order: BuildOrder
 
 
+def registered_partition(conn: psycopg.Connection, key: str) -> str:
+    """The registered schema the partition `key` names. One that names none (a partition
+    added by hand, as the UI's backfill dialog offers) fails its run with the reason as
+    the message and as `reason` metadata, before any work: never an error from deep
+    inside the pipeline."""
+    try:
+        schema_id = checked_schema_id(schema_id_of(key))
+    except P2pandaError as error:
+        why = f"partition {key!r} names no schema: {error.message}"
+        raise partition_failure(Reason.UNKNOWN_SCHEMA, why) from None
+    if schema_id not in registered_schemas(conn):
+        why = f"{schema_id} is not registered (panda register AUTHOR_HEX LOG_ID)"
+        raise partition_failure(Reason.AWAITING_SCHEMA, why)
+    return schema_id
+
+
+def partition_failure(reason: Reason, message: str) -> dg.Failure:
+    """A run's failure that says why in its message (as `error: <reason>: ...` does) and
+    in `reason` metadata, which `panda materialize` reads (`orchestration.run_failure`)."""
+    return dg.Failure(f"{reason}: {message}", metadata={"reason": str(reason)})
+
+
 @dg.asset(partitions_def=schemas, group_name=GROUP, kinds={"spark", "postgres"})
 def raw_entries(
     context: dg.AssetExecutionContext, pyspark: PySparkResource, postgres: PostgresResource
 ) -> dg.MaterializeResult:
     """The verified, chained entry store: new entries verified once, every log chained
     and assigned to its schema."""
-    schema_id = checked_schema_id(context.partition_key)
     with postgres.connect() as conn:
+        schema_id = registered_partition(conn, context.partition_key)
         result = run_index(pyspark.spark_session, conn, postgres.resolved_url())
         entries = schema_entry_count(conn, schema_id)
         name = name_the_run(context, conn, schema_id, result.catalog)
@@ -95,9 +118,9 @@ class Decoded:
 
 def decoded_of(partition_key: str, pyspark: PySparkResource, postgres: PostgresResource) -> Decoded:
     """The partition's decoded messages: read by the asset and by its check."""
-    schema_id = checked_schema_id(partition_key)
     spark = pyspark.spark_session
     with postgres.connect() as conn:
+        schema_id = registered_partition(conn, partition_key)
         paths = decoded_paths(spark, conn, schema_id)
         name = shown_name_of(conn, schema_id) or schema_id
     return Decoded(schema_id, name, paths)
@@ -135,8 +158,8 @@ def migration_plan(context: dg.AssetExecutionContext, postgres: PostgresResource
     """The schema log folded into versions (lenses), with the revert rule applied, and
     where this schema stands in the relation order (from the catalog as the last index
     step left it: schema logs are small, no Spark)."""
-    schema_id = checked_schema_id(context.partition_key)
     with postgres.connect() as conn:
+        schema_id = registered_partition(conn, context.partition_key)
         plan = current_plan(conn, schema_id)
         name = name_the_run(context, conn, schema_id, plan.catalog)
     catalog, order = plan.catalog, plan.order
@@ -199,9 +222,9 @@ def materialized_table(
     other schemas of its batch. A schema pending for an upstream schema (or in a
     relation cycle) is materialized as pending, with its reason and no table; one whose
     build failed fails its run."""
-    schema_id = checked_schema_id(context.partition_key)
     spark = pyspark.spark_session
     with postgres.connect() as conn:
+        schema_id = registered_partition(conn, context.partition_key)
         index = last_index(spark, conn)
         batch = [s for s in batch_of(context) if s in (index.catalog.registered or set())]
         with watched(spark, holder=conn):
@@ -288,7 +311,7 @@ def batch_of(context: dg.AssetExecutionContext) -> list[str]:
         data = backfill.asset_backfill_data if backfill else None
         subsets = data.target_subset.partitions_subsets_by_asset_key if data else {}
         if context.asset_key in subsets:
-            return list(subsets[context.asset_key].get_partition_keys())
+            return [schema_id_of(key) for key in subsets[context.asset_key].get_partition_keys()]
     return []
 
 

@@ -8,10 +8,10 @@ from contextlib import contextmanager
 
 import dagster as dg
 import psycopg
-from dagster._core.storage.tags import PARTITION_NAME_TAG
 from dagster_pyspark import PySparkResource
 from pydantic import PrivateAttr
 
+from p2panda_assets.defs.partitions import PARTITION_TAG, schema_id_of
 from p2panda_assets.pipeline.jdbc import Jdbc
 from p2panda_assets.pipeline.spark import spark_config, use_this_python
 from p2panda_assets.store.database import connect, database_url, ensure_schema, jdbc_options
@@ -25,11 +25,12 @@ class PostgresResource(dg.ConfigurableResource):
     _run: tuple[str, str | None] | None = PrivateAttr(default=None)  # run id, schema id
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        """Remember the run and its partition (the schema): the connections say so, and
-        the pipeline lock they take tells whoever waits for it (`label_session`)."""
+        """Remember the run and its partition's schema: the connections say so, and the
+        pipeline lock they take tells whoever waits for it (`label_session`)."""
         run = context.run
         if run is not None:
-            self._run = (run.run_id, run.tags.get(PARTITION_NAME_TAG))
+            key = run.tags.get(PARTITION_TAG)
+            self._run = (run.run_id, schema_id_of(key) if key else None)
 
     def resolved_url(self) -> str:
         return self.url or database_url()

@@ -47,6 +47,7 @@ from p2panda_assets.defs.sensors.coverage import (
     prefix_bound,
     raise_queued_bounds,
 )
+from p2panda_assets.defs.sensors.requests import requested_schema
 from p2panda_assets.store.database import connect, database_url, ensure_schema
 from p2panda_assets.store.feed import writers
 from p2panda_assets.store.notify import listen
@@ -131,10 +132,10 @@ class Listener:
             try:
                 run = submitter.submit(request, {TRIGGER_TAG: NOTIFY, THROUGH_TAG: str(bound)})
             except Exception:  # the sensor's cursor has not moved: it requests this later
-                log.exception("p2panda live listener: no run for %s", request.partition_key)
+                log.exception("p2panda live listener: no run for %s", requested_schema(request))
                 continue
             runs.append(run)
-            log.info("p2panda live listener: run %s for %s", run.run_id, request.partition_key)
+            log.info("p2panda live listener: run %s for %s", run.run_id, requested_schema(request))
         raise_queued_bounds(self._instance, bound)
         self.cursor = moved
         return runs

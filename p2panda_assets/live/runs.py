@@ -24,6 +24,9 @@ from dagster._core.remote_representation.code_location import InProcessCodeLocat
 from dagster._core.storage.tags import RUN_KEY_TAG
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 
+from p2panda_assets.defs.partitions import SCHEMAS
+from p2panda_assets.defs.sensors.requests import missing_partitions
+
 DEFINITIONS_MODULE = "p2panda_assets.definitions"
 JOB = "materialize_schema"  # the sensors' job (`defs.assets.materialize_schema_job`)
 
@@ -49,7 +52,11 @@ class RunSubmitter:
 
     def submit(self, request: dg.RunRequest, tags: Mapping[str, str]) -> dg.DagsterRun:
         """Create the run of `request` (its partition's tags resolved, as a sensor's are,
-        plus `tags`) and submit it: QUEUED, for the daemon's run queue."""
+        plus `tags`) and submit it: QUEUED, for the daemon's run queue. Its partition is
+        added first if the instance lacks it, as the sensors add it in their tick."""
+        missing = missing_partitions(self._instance, [request])
+        if missing:
+            self._instance.add_dynamic_partitions(SCHEMAS, missing)
         resolved = request.with_resolved_tags_and_config(
             target_definition=self._job_def,
             dynamic_partitions_requests=[],

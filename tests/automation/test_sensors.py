@@ -18,9 +18,11 @@ from p2panda_assets.defs.sensors import (
     schema_registration_sensor,
     schema_revert_sensor,
 )
+from p2panda_assets.protocol.ids import format_schema_id, parse_schema_id
 from p2panda_assets.store import pipeline_state as state_sql
 from p2panda_assets.store.database import connect
 from p2panda_assets.store.ingest import ingest
+from p2panda_assets.store.registry import register
 from p2panda_assets.testing.builder import create_field, instances, remove_field
 from tests.automation.conftest import Tick
 from tests.automation.corpora import Graph, cycle_graph, relation_graph
@@ -34,7 +36,21 @@ def requested(result: dg.SensorResult) -> list[str]:
 
 
 def added(result: dg.SensorResult) -> list[str]:
-    return [key for r in result.dynamic_partitions_requests for key in r.partition_keys]
+    return [
+        key
+        for r in result.dynamic_partitions_requests
+        if isinstance(r, dg.AddDynamicPartitionsRequest)
+        for key in r.partition_keys
+    ]
+
+
+def removed(result: dg.SensorResult) -> list[str]:
+    return [
+        key
+        for r in result.dynamic_partitions_requests
+        if isinstance(r, dg.DeleteDynamicPartitionsRequest)
+        for key in r.partition_keys
+    ]
 
 
 @pytest.fixture
@@ -52,6 +68,14 @@ def add_partitions(instance: dg.DagsterInstance, result: dg.SensorResult) -> Non
     """What the daemon does with a tick's partition requests."""
     if added(result):
         instance.add_dynamic_partitions("schemas", added(result))
+    for key in removed(result):
+        instance.delete_dynamic_partition("schemas", key)
+
+
+def register_named(conn: psycopg.Connection, schema_id: str, name: str) -> str:
+    """`panda register ... --name NAME`; the schema's partition key."""
+    register(conn, *parse_schema_id(schema_id), name)
+    return f"{name}.{schema_id}"
 
 
 # --- registration --------------------------------------------------------------------------
@@ -437,3 +461,98 @@ def test_revert_does_not_wait_for_a_queued_run_of_its_schema(
         )
     )
     assert requested(tick(schema_revert_sensor, baseline.cursor)) == [graph.id("tag")]
+
+
+# --- partition keys: `<name>.<schema id>` ---------------------------------------------------
+
+
+def test_a_named_schema_gets_the_key_name_dot_id(conn, tick: Tick, instance) -> None:
+    """The UI cuts keys in the middle: the name comes first. Run keys, batches and
+    cursors keep the schema id."""
+    graph = relation_graph()
+    publish(conn, graph.fresh())
+    key = register_named(conn, graph.id("tag"), "tag")
+    result = tick(schema_registration_sensor, None)
+    assert added(result) == [key] and removed(result) == []
+    [run] = result.run_requests
+    assert run.partition_key == key
+    assert run.run_key.startswith(f"register-{graph.id('tag')}-")
+
+
+def test_the_bare_id_partitions_of_an_older_instance_are_migrated(
+    conn, tick: Tick, instance
+) -> None:
+    """An instance from before the names: a named schema's bare id gives way to its key,
+    a schema registered without a name keeps its bare id, and the partition of a schema
+    no longer registered goes too, once no run works on it."""
+    graph = relation_graph()
+    publish(conn, graph.fresh())
+    tag, profile = graph.id("tag"), graph.id("profile")
+    key = register_named(conn, tag, "tag")
+    register_schemas(conn, profile)
+    gone = format_schema_id(bytes(32), 99)  # unregistered, its run still in progress
+    instance.add_dynamic_partitions("schemas", [tag, profile, gone])
+    running = queue_run(instance, gone, dg.DagsterRunStatus.STARTED)
+    result = tick(schema_registration_sensor, None)
+    assert (added(result), removed(result)) == ([key], [tag])
+    add_partitions(instance, result)
+    assert sorted(instance.get_dynamic_partitions("schemas")) == sorted([key, profile, gone])
+    instance.report_run_canceled(running)
+    after = tick(schema_registration_sensor, result.cursor)
+    assert (added(after), removed(after)) == ([], [gone])
+    add_partitions(instance, after)
+    assert sorted(instance.get_dynamic_partitions("schemas")) == sorted([key, profile])
+    assert removed(tick(schema_registration_sensor, after.cursor)) == []
+
+
+def test_a_migrating_tick_passes_the_daemons_validation(conn, instance, database_url: str) -> None:
+    """Evaluated as the daemon does, a tick that removes a bare id and requests a run of
+    the key it adds in the same tick resolves: the run is tagged with the new key."""
+    graph = relation_graph()
+    publish(conn, graph.fresh())
+    key = register_named(conn, graph.id("tag"), "tag")
+    instance.add_dynamic_partitions("schemas", [graph.id("tag")])
+    context = dg.build_sensor_context(
+        instance_ref=instance.get_ref(),
+        definitions=defs,
+        resources={"postgres": PostgresResource(url=database_url)},
+    )
+    data = schema_registration_sensor.evaluate_tick(context)
+    [run] = data.run_requests
+    assert run.partition_key == key and run.tags["dagster/partition"] == key
+
+
+def test_the_entries_sensor_adds_a_key_it_requests_before_the_registration_sensor(
+    graph: Graph, conn, tick: Tick, instance
+) -> None:
+    """A schema named after the registration sensor's last tick (or an instance from
+    before the names): the entries sensor's request carries the new key and adds it in
+    the same tick, as Dagster refuses a request for a partition it does not have."""
+    baseline = tick(schema_entries_sensor, None)
+    key = register_named(conn, graph.id("tag"), "tag")
+    graph.logs["tag"].create(graph.schemas["tag"].ref(), label="named")
+    publish(conn, graph.fresh())
+    result = tick(schema_entries_sensor, baseline.cursor)
+    assert requested(result) == [key] and added(result) == [key]
+    instance.add_dynamic_partitions("schemas", [key])
+    graph.logs["tag"].create(graph.schemas["tag"].ref(), label="again")
+    publish(conn, graph.fresh())
+    again = tick(schema_entries_sensor, result.cursor)
+    assert requested(again) == [key] and added(again) == []
+
+
+def test_runs_tagged_with_a_named_key_count_for_their_schema(
+    graph: Graph, conn, tick: Tick, instance
+) -> None:
+    """A run of `tag.<id>` in progress holds back the revert fan-out of that schema, as
+    a run of the bare id did, and the fan-out's request carries the key."""
+    key = register_named(conn, graph.id("tag"), "tag")
+    baseline = tick(schema_revert_sensor, None)
+    graph.schemas["tag"].revert(1)
+    publish(conn, graph.fresh())
+    index_in_process(conn)
+    run = queue_run(instance, key, dg.DagsterRunStatus.STARTED)
+    waiting = tick(schema_revert_sensor, baseline.cursor)
+    assert "waits for its run in progress" in waiting.skip_reason.skip_message
+    instance.report_run_canceled(run)
+    assert requested(tick(schema_revert_sensor, waiting.cursor)) == [key]

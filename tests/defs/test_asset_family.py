@@ -25,7 +25,7 @@ from p2panda_assets.definitions import defs
 from p2panda_assets.defs.assets import SCHEMA_TAG, VERSION_TAG
 from p2panda_assets.engine.corpus import reduce_corpus
 from p2panda_assets.errors import Reason
-from p2panda_assets.orchestration import JOB, SCHEMAS
+from p2panda_assets.orchestration import JOB, SCHEMAS, run_failure
 from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store.database import connect, ensure_schema
 from p2panda_assets.store.ingest import ingest
@@ -259,6 +259,39 @@ def test_a_schema_whose_upstream_is_not_registered_waits_without_a_table(
     status, message = registry_row(store, note.schema_id)
     assert status == "pending"
     assert message.startswith(str(Reason.AWAITING_SCHEMA)) and tag.schema_id in message
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"), [("note", Reason.AWAITING_SCHEMA), (None, Reason.UNKNOWN_SCHEMA)]
+)
+def test_a_partition_of_no_registered_schema_fails_its_run_with_the_reason(
+    spark: SparkSession, store: psycopg.Connection, name: str | None, reason: Reason
+) -> None:
+    """The UI's backfill dialog offers "Add a partition": a key that names a schema not
+    registered (`note.<id>`), or no schema at all, fails its run at its first step,
+    before any Spark work, with the reason as the message and as metadata: no
+    traceback of the pipeline, no materialization, no table."""
+    _, note, pairs = orphan_corpus()
+    ingest(store, pairs)  # note's entries are stored; note is not registered
+    key = f"{name}.{note.schema_id}" if name else "typo-of-a-schema"
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(SCHEMAS, [key])
+        result = defs.resolve_job_def(JOB).execute_in_process(
+            instance=instance, partition_key=key, raise_on_error=False
+        )
+        assert not result.success
+        [failed] = [e for e in result.all_events if e.is_step_failure]
+        assert failed.step_key == "raw_entries"
+        data = failed.step_failure_data
+        assert data is not None and data.user_failure_data is not None
+        assert data.user_failure_data.metadata["reason"].value == str(reason)
+        failure = run_failure(result, key)
+        assert failure.reason is reason and failure.message.startswith(f"{reason}: ")
+        assert (note.schema_id if name else repr(key)) in failure.message
+        for asset in ("raw_entries", "decoded_messages", "migration_plan", "materialized_table"):
+            assert materializations(instance, asset, key) == []
+    assert store.execute("SELECT count(*) FROM p2panda.schemas").fetchone() == (0,)
+    assert not table_columns(store, note.schema_id)
 
 
 def pending_warning(result: dg.ExecuteInProcessResult) -> str:
@@ -516,3 +549,56 @@ def test_a_table_left_behind_by_single_partition_runs_is_not_up_to_date(
     assert "up to date" not in capsys.readouterr().out
     expected = reduce_corpus(relations.pairs, set(relations.schema_ids))
     assert pg_tables(store, relations.schema_ids) == engine_tables(expected)
+
+
+def test_named_schemas_partitions_are_migrated_from_bare_ids_with_their_history(
+    spark: SparkSession,
+    store: psycopg.Connection,
+    relations: Relations,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An instance from before the names: tables built under bare-id partitions. Once the
+    schemas are named, `panda materialize` moves their partitions to `<name>.<id>` and
+    drops the bare ids; the build reported under the bare id still counts (nothing new:
+    no run). `panda register --name` moves a key at once; the next runs carry the keys."""
+    profile, mail = relations.schema_ids
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+    *older, newest = relations.pairs
+    ingest(store, older)
+    register_all(store, relations.schema_ids)
+    assert main(["materialize"]) == 0
+    built = capsys.readouterr().out.splitlines()
+    for schema_id, name in ((profile, "profile"), (mail, "mail")):
+        register(store, *parse_schema_id(schema_id), name)
+
+    assert main(["materialize"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("up to date: ")
+    with dg.DagsterInstance.get() as instance:
+        partitions = set(instance.get_dynamic_partitions(SCHEMAS))
+    assert {f"profile.{profile}", f"mail.{mail}"} <= partitions
+    assert not {profile, mail} & partitions
+
+    author, log_id = mail.rsplit("-", 1)
+    assert main(["register", author, log_id, "--name", "letters"]) == 0
+    with dg.DagsterInstance.get() as instance:
+        partitions = set(instance.get_dynamic_partitions(SCHEMAS))
+    assert f"letters.{mail}" in partitions and f"mail.{mail}" not in partitions
+
+    ingest(store, [newest])
+    started = datetime.now(UTC)
+    capsys.readouterr()
+    assert main(["materialize"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == [profile, mail] and lines != built
+    with dg.DagsterInstance.get() as instance:
+        records = instance.get_run_records(
+            dg.RunsFilter(job_name=JOB, created_after=started),
+            order_by="create_timestamp",
+            ascending=True,
+        )
+        runs = [r.dagster_run.tags["dagster/partition"] for r in records]
+        assert runs == [f"letters.{mail}", f"profile.{profile}", f"letters.{mail}"]
+        shown = latest_metadata(instance, "materialized_table", f"letters.{mail}")
+        assert shown["schema_name"] == "letters" and shown["status"] == "materialized"

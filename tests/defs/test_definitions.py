@@ -166,3 +166,21 @@ def test_the_package_carries_the_same_dagster_yaml_as_the_repository() -> None:
     packaged = Path(p2panda_assets.__file__).parent / "dagster.yaml"
     assert not packaged.is_symlink()
     assert packaged.read_text() == (Path(__file__).parents[2] / "dagster.yaml").read_text()
+
+
+def test_sensors_say_how_often_the_daemon_really_runs_them() -> None:
+    """The UI shows a sensor's minimum interval as its frequency; the daemon looks at its
+    sensors once a loop, every `MIN_INTERVAL_LOOP_TIME` seconds, which no setting of
+    `dagster.yaml` changes (it had "~1 sec"). As the UI reads it: the repository's snapshot."""
+    from dagster._daemon.sensor import MIN_INTERVAL_LOOP_TIME
+
+    [origin] = location_origins_from_yaml_paths([str(ROOT / "workspace.yaml")])
+    in_process = InProcessCodeLocationOrigin(origin.loadable_target_origin, origin.location_name)
+    with dg.DagsterInstance.ephemeral() as instance:
+        location = in_process.create_location(instance)
+        [repository] = location.get_repositories().values()
+        intervals = {s.name: s.min_interval_seconds for s in repository.get_sensors()}
+    assert intervals == {s.name: MIN_INTERVAL_LOOP_TIME for s in defs.sensors}
+    assert len(intervals) == 3
+    for config_dir in (ROOT, PACKAGE, ROOT / "deploy"):
+        assert "sensors" not in yaml.safe_load((config_dir / "dagster.yaml").read_text())

@@ -5,12 +5,13 @@ in relation order, in one Spark job, with the cascade applied; note waits, says 
 fails, and the backfill ends as succeeded.
 
 Dagster knows nothing of relations (a partition cannot depend on another partition of the
-same asset) and submits a backfill's runs sorted by partition key, so the corpus is made
-for the naive order to be wrong: note's and then mail's ids sort first. Each run names the
-backfill's partitions as its batch: the first run (note's) builds every schema of the
-batch that can be built, upstream first, in one Spark job; note itself waits (its
-materialization of `materialized_table` says for what, and that no table was built);
-the runs of mail and profile find their tables built from the same index and report them.
+same asset) and submits a backfill's runs sorted by partition key (`<name>.<schema id>`),
+so the naive order is wrong: mail's key and then note's sort first, profile's last. Each
+run names the backfill's partitions as its batch: the first run (mail's) builds every
+schema of the batch that can be built, upstream first, in one Spark job; note waits (its
+materialization of `materialized_table` says for what, and that no table was built); the
+runs of note and profile find their tables built, or not buildable, from the same index
+and report them.
 
 The sensors are switched off through the same API before the daemon starts (as a UI user
 would): otherwise the registration sensor's first tick would build the registered schemas
@@ -42,6 +43,7 @@ import pytest
 from psycopg import sql
 
 from bench.latency import ROOT, DaemonScenario, panda, scenario, stop_process_group
+from p2panda_assets.defs.partitions import partition_key
 from p2panda_assets.engine.corpus import Corpus, reduce_corpus
 from p2panda_assets.engine.values import to_json
 from p2panda_assets.store.database import connect
@@ -124,11 +126,20 @@ class Story:
     downstream: str  # mail: `to` is a cascade relation to profile
     pending: str  # note: relates to tag, which is never registered
 
+    @property
+    def names(self) -> dict[str, str]:
+        """The name each schema is registered with."""
+        return {self.upstream: "profile", self.downstream: "mail", self.pending: "note"}
+
+    def key(self, schema_id: str) -> str:
+        """The schema's partition key, as the UI shows and selects it."""
+        return partition_key(self.names[schema_id], schema_id)
+
 
 def story() -> Story:
     builder = CorpusBuilder()
     owner = builder.author(11)
-    note = owner.schema(19, "note")  # log 19 < 20 < 21: note's key sorts first, then mail's
+    note = owner.schema(19, "note")  # log 19 < 20 < 21: note's id sorts first, then mail's
     mail = owner.schema(20, "mail")
     profile = owner.schema(21, "profile")
     tag = owner.schema(30, "tag")
@@ -358,7 +369,8 @@ def wait(what: str, done: Callable[[], bool], run: DaemonScenario, timeout: floa
 def test_a_ui_backfill_of_related_schemas_builds_them_in_relation_order() -> None:
     corpus_story = story()
     up, down, note = corpus_story.upstream, corpus_story.downstream, corpus_story.pending
-    assert sorted([up, down, note]) == [note, down, up]  # naively, the wrong order
+    keys = [corpus_story.key(s) for s in (up, down, note)]
+    assert sorted(keys) == [keys[1], keys[2], keys[0]]  # naively, the wrong order
     expected = reduce_corpus(corpus_story.pairs, {up, down})
     assert expected.tables[down].upstream == (up,)
     assert [r.values["subject"] for r in expected.tables[down].rows] == ["hi panda"]  # cascade
@@ -371,7 +383,7 @@ def test_a_ui_backfill_of_related_schemas_builds_them_in_relation_order() -> Non
             assert REGISTRATION_SENSOR in sensors
             for name in sensors:  # all of them, before the daemon's first tick
                 server.stop_sensor(name)
-            backfill_id = server.launch_backfill([note, down, up], FAMILY)
+            backfill_id = server.launch_backfill(keys, FAMILY)
             assert server.backfill(backfill_id)["status"] == "REQUESTED"
             run.start_daemon()
             instance = dg.DagsterInstance.get()
@@ -398,12 +410,8 @@ def ingest_and_register(run: DaemonScenario, corpus_story: Story) -> None:
         )
     )
     panda("ingest", str(story_file))
-    named = (
-        (corpus_story.pending, "note"),
-        (corpus_story.downstream, "mail"),
-        (corpus_story.upstream, "profile"),
-    )
-    for schema_id, name in named:
+    for schema_id in (corpus_story.pending, corpus_story.downstream, corpus_story.upstream):
+        name = corpus_story.names[schema_id]
         author, log_id = schema_id.rsplit("-", 1)
         panda("register", author, log_id, "--name", name)
     statuses = {sid: s[0] for sid, s in registry(run.url).items()}
@@ -424,7 +432,8 @@ def backfill_and_sensor(
 
     def submitted() -> bool:
         runs = instance.get_runs(filters=dg.RunsFilter(tags={BACKFILL_TAG: backfill_id}))
-        return {r.tags.get("dagster/partition") for r in runs} == {up, down, note}
+        keys = {corpus_story.key(s) for s in (up, down, note)}
+        return {r.tags.get("dagster/partition") for r in runs} == keys
 
     wait("the backfill's runs", submitted, run, TIMEOUT)
     server.start_sensor(REGISTRATION_SENSOR)
@@ -459,11 +468,11 @@ def check_end_state(url: str, expected: Corpus, corpus_story: Story) -> None:
 
 def check_order(instance: dg.DagsterInstance, backfill_id: str, corpus_story: Story) -> str:
     """From Dagster's run and event storage: the backfill ran one run per schema, in key
-    order; none failed; the first run built profile's and mail's tables (one Spark job,
-    upstream first: the registry's materialized_at says so, `check_end_state`); each of
-    the two has one materialization, from its own backfill run; note's materializations
-    say it waits and for what (no table), and its table check warns of the same. Returns
-    what happened, for the output."""
+    order (mail, note, profile); none failed; the first run built profile's and mail's
+    tables (one Spark job, upstream first: the registry's materialized_at says so,
+    `check_end_state`); each of the two has one materialization, from its own backfill
+    run; note's materializations say it waits and for what (no table), and its table
+    check warns of the same. Returns what happened, for the output."""
     up, down, note = corpus_story.upstream, corpus_story.downstream, corpus_story.pending
     runs = list(instance.get_runs())
     origins = {r.run_id: origin(r, backfill_id) for r in runs}
@@ -474,18 +483,21 @@ def check_order(instance: dg.DagsterInstance, backfill_id: str, corpus_story: St
         (r for r in runs if origins[r.run_id] == "backfill"),
         key=lambda r: instance.get_run_record_by_id(r.run_id).create_timestamp,
     )
+    key = corpus_story.key
     submitted = [r.tags["dagster/partition"] for r in by_backfill]
-    assert submitted == [note, down, up], "the backfill no longer submits in key order"
-    # The UI shows partitions as ids; each run says which schema it is about.
-    assert [r.tags.get("p2panda/schema") for r in by_backfill] == ["note", "mail", "profile"]
+    assert submitted == [key(down), key(note), key(up)], (
+        "the backfill no longer submits in key order"
+    )
+    # Each run says which schema it is about, by name too.
+    assert [r.tags.get("p2panda/schema") for r in by_backfill] == ["mail", "note", "profile"]
     assert all(o == "backfill" or o.startswith("sensor:") for o in origins.values()), origins
-    ups = tables_built(instance, up, backfill_id)
-    downs = tables_built(instance, down, backfill_id)
+    ups = tables_built(instance, key(up), backfill_id)
+    downs = tables_built(instance, key(down), backfill_id)
     assert [b.origin for b in ups] == ["backfill"], ups
     assert [b.origin for b in downs] == ["backfill"], downs
-    assert tables_built(instance, note, backfill_id) == []
+    assert tables_built(instance, key(note), backfill_id) == []
     notes = instance.fetch_materializations(
-        dg.AssetRecordsFilter(dg.AssetKey("materialized_table"), asset_partitions=[note]),
+        dg.AssetRecordsFilter(dg.AssetKey("materialized_table"), asset_partitions=[key(note)]),
         limit=10,
     ).records
     reasons = [r.asset_materialization.metadata["pending"].value for r in notes]
@@ -494,7 +506,7 @@ def check_order(instance: dg.DagsterInstance, backfill_id: str, corpus_story: St
         dg.AssetCheckKey(dg.AssetKey("materialized_table"), "table_matches_the_current_lens"),
         limit=50,
     )
-    warned = [c for c in checked if c.partition == note]
+    warned = [c for c in checked if c.partition == key(note)]
     assert warned, "the table check of the waiting partition did not run"
     for execution in warned:
         evaluation = execution.evaluation
@@ -508,11 +520,10 @@ def check_order(instance: dg.DagsterInstance, backfill_id: str, corpus_story: St
         if e.message and e.message.startswith("built in one Spark job")
     ]
     assert logged and up in logged[0] and down in logged[0], logged
-    names = {down: "mail", up: "profile", note: "note"}
     return "\n".join(
         [
-            f"  backfill runs submitted for {[names[p] for p in submitted]}",
-            f"  note's run {first[:8]}: {logged[0][:40]}...; note waits: {reasons[0][:60]}",
+            f"  backfill runs submitted for {[p.partition('.')[0] for p in submitted]}",
+            f"  mail's run {first[:8]}: {logged[0][:40]}...; note waits: {reasons[0][:60]}",
             f"  profile reported by {[(b.origin, b.run_id[:8]) for b in ups]}",
             f"  mail reported by {[(b.origin, b.run_id[:8]) for b in downs]}",
             f"  {len(runs)} runs in all",

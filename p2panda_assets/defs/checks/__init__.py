@@ -12,14 +12,39 @@ The pandera building blocks (`Tally`, findings as lines) are in `tally`; the SQL
 checks run is in `store.accounting` and `store.columns`.
 """
 
-from p2panda_assets.defs.checks.accounting import accounting, entries_are_accounted
-from p2panda_assets.defs.checks.decoded import KINDS, decoded_messages_match_their_model
-from p2panda_assets.defs.checks.table import (
+import warnings
+
+from dagster import PreviewWarning
+
+# The checks are partitioned like their assets, which Dagster calls a preview and warns of
+# at each check's definition, in every process that loads the code location (twice in
+# `dagster dev`): the product chose it, and the warning tells whoever runs it nothing.
+# Only that warning, set here, just before the checks are defined (this package's
+# `__init__` runs before any of its modules): a filter set at an earlier import inside
+# `warnings.catch_warnings` (as pytest's) would be gone by then.
+warnings.filterwarnings(
+    "ignore",
+    message="Specifying a partitions_def on an AssetCheckSpec",
+    category=PreviewWarning,
+)
+
+from p2panda_assets.defs.checks.accounting import accounting, entries_are_accounted  # noqa: E402
+from p2panda_assets.defs.checks.decoded import (  # noqa: E402
+    KINDS,
+    decoded_messages_match_their_model,
+)
+from p2panda_assets.defs.checks.table import (  # noqa: E402
     declaration_problems,
     expected_pg_types,
     table_matches_the_current_lens,
 )
-from p2panda_assets.defs.checks.tally import ROWS, Tally, check_result, summarize, validate
+from p2panda_assets.defs.checks.tally import (  # noqa: E402
+    ROWS,
+    Tally,
+    check_result,
+    summarize,
+    validate,
+)
 
 checks = [decoded_messages_match_their_model, table_matches_the_current_lens, entries_are_accounted]
 

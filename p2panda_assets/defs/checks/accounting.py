@@ -6,11 +6,10 @@ from typing import Any
 import dagster as dg
 import psycopg
 
-from p2panda_assets.defs.assets import materialized_table
+from p2panda_assets.defs.assets import materialized_table, registered_partition
 from p2panda_assets.defs.partitions import schemas
 from p2panda_assets.defs.resources import PostgresResource
 from p2panda_assets.engine.corpus import State
-from p2panda_assets.protocol.ids import checked_schema_id
 from p2panda_assets.store.accounting import account_totals, accounts_by_state
 from p2panda_assets.store.registry import shown_name_of
 
@@ -61,8 +60,8 @@ def accounting(conn: psycopg.Connection, schema_id: str) -> tuple[list[str], dic
 def entries_are_accounted(
     context: dg.AssetCheckExecutionContext, postgres: PostgresResource
 ) -> dg.AssetCheckResult:
-    schema_id = checked_schema_id(context.partition_key)
     with postgres.connect() as conn:
+        schema_id = registered_partition(conn, context.partition_key)
         lines, counts = accounting(conn, schema_id)
         name = shown_name_of(conn, schema_id) or schema_id
     return dg.AssetCheckResult(

@@ -14,7 +14,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from p2panda_assets.defs.assets import MigrationPlan, current_plan, materialized_table
+from p2panda_assets.defs.assets import (
+    MigrationPlan,
+    current_plan,
+    materialized_table,
+    registered_partition,
+)
 from p2panda_assets.defs.checks.tally import (
     ROWS,
     Findings,
@@ -36,7 +41,6 @@ from p2panda_assets.pipeline.columns import SPARK_TYPES, field_columns, pg_type
 from p2panda_assets.pipeline.jdbc import read_query
 from p2panda_assets.pipeline.materialize import why_pending
 from p2panda_assets.protocol.fieldtypes import VARCHAR_MAX_CHARS, BaseType, FieldType
-from p2panda_assets.protocol.ids import checked_schema_id
 from p2panda_assets.store.columns import (
     declared_columns,
     format_type_spelling,
@@ -274,9 +278,9 @@ def table_matches_the_current_lens(
 ) -> dg.AssetCheckResult:
     """The current lens is the index's, as the table was built from it, not a plan
     stored by an earlier run: a run of the table alone (from the UI) stores no plan."""
-    schema_id = checked_schema_id(context.partition_key)
-    table = table_name_for(schema_id)
     with postgres.connect() as conn:
+        schema_id = registered_partition(conn, context.partition_key)
+        table = table_name_for(schema_id)
         migration_plan = current_plan(conn, schema_id)
         declared = declared_columns(conn, table)
         name = shown_name_of(conn, schema_id) or schema_id

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import dagster as dg
 
-from p2panda_assets.defs.sensors.requests import FAMILY, PARTITION_TAG, QUEUED, UNFINISHED
+from p2panda_assets.defs.partitions import PARTITION_TAG, schema_id_of
+from p2panda_assets.defs.sensors.requests import FAMILY, QUEUED, UNFINISHED
 
 TRIGGER_TAG = "p2panda/trigger"  # what started the run: "notify" for the listener's runs
 NOTIFY = "notify"
@@ -41,8 +42,9 @@ def entries_covered(instance: dg.DagsterInstance) -> dict[str, int]:
     runs = instance.get_runs(filters=dg.RunsFilter(statuses=UNFINISHED), limit=1000)
     covered: dict[str, int] = {}
     for run in runs:
-        sid, through = run.tags.get(PARTITION_TAG), run.tags.get(THROUGH_TAG, "")
-        if sid and through.isdigit() and _covers_family(run):
+        key, through = run.tags.get(PARTITION_TAG), run.tags.get(THROUGH_TAG, "")
+        if key and through.isdigit() and _covers_family(run):
+            sid = schema_id_of(key)
             covered[sid] = max(covered.get(sid, 0), int(through))
     return covered
 

@@ -10,6 +10,7 @@ from typing import Self
 import dagster as dg
 import psycopg
 
+from p2panda_assets.defs.partitions import partition_keys
 from p2panda_assets.defs.resources import PostgresResource
 from p2panda_assets.defs.sensors.coverage import entries_covered
 from p2panda_assets.defs.sensors.cursors import EntryCursor
@@ -23,6 +24,7 @@ from p2panda_assets.defs.sensors.requests import (
     request,
     skip_reason,
     table_holds,
+    with_partitions,
 )
 from p2panda_assets.engine.readiness import Relations, Scope, entries_scope
 from p2panda_assets.protocol.message_index import message_index
@@ -137,11 +139,13 @@ def entries_requests(
     rel: Relations,
     routes: Mapping[str, Route],
     queued: Mapping[str, frozenset[dg.AssetKey]] | None = None,
+    keys: Mapping[str, str] | None = None,
 ) -> tuple[list[dg.RunRequest], list[str]]:
     """The rebuild each concerned schema gets (run key `entries-<schema>-<first>-<last>`,
     the ingest_seq range of its new entries, disjoint from every other tick's), as
     `entries_scope` decides; nothing where a run still in the queue (`queued`) builds
-    those assets already: it reads the new entries when it starts."""
+    those assets already: it reads the new entries when it starts. `keys`: the
+    partition key of each schema id (`defs.partitions.partition_keys`; none: bare ids)."""
     requests, notes = [], []
     for sid in rel.ordered(routes):
         route = routes[sid]
@@ -149,7 +153,8 @@ def entries_requests(
         if scope is Scope.NONE:
             notes.append(f"{sid}: new entries wait ({rel.why_pending(sid)})")
             continue
-        wanted = request(sid, f"entries-{sid}-{route.first}-{route.last}", SCOPES[scope])
+        key = (keys or {}).get(sid, sid)
+        wanted = request(key, f"entries-{sid}-{route.first}-{route.last}", SCOPES[scope])
         if scope is Scope.UP_TO_PLAN:
             notes.append(f"{sid}: table waits ({rel.why_pending(sid)})")
         if set(wanted.asset_selection or FAMILY) <= (queued or {}).get(sid, frozenset()):
@@ -180,7 +185,7 @@ def entries_tick(
         )
     routes, built = unbuilt_routes(routes, built_through(conn, list(routes)))
     routes, started = unbuilt_routes(routes, covered or {})
-    requests, notes = entries_requests(load_relations(conn), routes, queued)
+    requests, notes = entries_requests(load_relations(conn), routes, queued, partition_keys(conn))
     notes += [f"{sid}: its table was built from these entries already" for sid in built]
     notes += [f"{sid}: a run submitted after these entries reads them" for sid in started]
     return dg.SensorResult(
@@ -211,4 +216,7 @@ def schema_entries_sensor(
     queued = queued_selections(context.instance)
     covered = entries_covered(context.instance)
     with postgres.connect() as conn:
-        return entries_tick(conn, EntryCursor.parse(context.cursor), queued=queued, covered=covered)
+        result = entries_tick(
+            conn, EntryCursor.parse(context.cursor), queued=queued, covered=covered
+        )
+    return with_partitions(context.instance, result)

@@ -1,7 +1,9 @@
-"""`schema_registration_sensor`: adds the partition of every registered schema and
-requests a schema's family when it is registered, and again when it stops being pending
-for its relations (or when an upstream it cascades from was rebuilt after it). What to
-build is `engine.readiness.build_key`'s decision."""
+"""`schema_registration_sensor`: adds the partition of every registered schema (and
+removes the keys no registered schema has: bare ids from before the names, a renamed
+schema's old key, an unregistered schema's; `defs.partitions`) and requests a schema's
+family when it is registered, and again when it stops being pending for its relations
+(or when an upstream it cascades from was rebuilt after it). What to build is
+`engine.readiness.build_key`'s decision."""
 
 import hashlib
 from collections.abc import Mapping
@@ -9,7 +11,7 @@ from collections.abc import Mapping
 import dagster as dg
 import psycopg
 
-from p2panda_assets.defs.partitions import schemas
+from p2panda_assets.defs.partitions import keys_in_use, partition_changes, partition_keys, schemas
 from p2panda_assets.defs.resources import PostgresResource
 from p2panda_assets.defs.sensors.cursors import RegistrationCursor
 from p2panda_assets.defs.sensors.requests import (
@@ -23,11 +25,11 @@ from p2panda_assets.defs.sensors.requests import (
 )
 from p2panda_assets.engine.readiness import build_key
 from p2panda_assets.errors import Reason
-from p2panda_assets.store.feed import registry, registry_state
+from p2panda_assets.store.feed import registry_state
 
 
 def _partitions(instance: dg.DagsterInstance) -> set[str]:
-    """The schemas that have a partition already."""
+    """The partition keys there are already."""
     assert schemas.name is not None  # defined with its own name, not of an asset
     return set(instance.get_dynamic_partitions(schemas.name))
 
@@ -39,16 +41,34 @@ def _state(conn: psycopg.Connection, busy: set[str], partitions: set[str]) -> st
     return hashlib.sha1(text.encode()).hexdigest()
 
 
+def _partition_requests(
+    instance: dg.DagsterInstance, partitions: set[str], keys: Mapping[str, str]
+) -> list[dg.AddDynamicPartitionsRequest | dg.DeleteDynamicPartitionsRequest]:
+    """Add the keys of registered schemas that have none; remove the keys no registered
+    schema has, unless a run or backfill not finished works on them (`partition_changes`)."""
+    add, remove = partition_changes(partitions, keys.values())
+    if remove:
+        add, remove = partition_changes(partitions, keys.values(), keys_in_use(instance))
+    return [
+        *([schemas.build_add_request(add)] if add else []),
+        *([schemas.build_delete_request(remove)] if remove else []),
+    ]
+
+
 def registration_tick(
     conn: psycopg.Connection, instance: dg.DagsterInstance, cursor: RegistrationCursor
 ) -> tuple[dg.SensorResult, list[str]]:
-    """One evaluation of the registration sensor; also the warnings to log."""
+    """One evaluation of the registration sensor; also the warnings to log. The
+    partitions are read before the registry: a key added after they were read belongs
+    to a schema registered before the registry is (`panda register` adds it after its
+    row), so it is never taken for a stale one."""
     partitions = _partitions(instance)
     busy = busy_partitions(instance)
     queued = queued_tables(instance)
     state = _state(conn, busy | queued, partitions)
-    new_ids = sorted(set(registry(conn)) - partitions)
-    if state == cursor.state and not new_ids:
+    keys = partition_keys(conn)
+    changes = _partition_requests(instance, partitions, keys)
+    if state == cursor.state and not changes:
         return dg.SensorResult(skip_reason="nothing changed", cursor=cursor.dumps()), []
     rel = load_relations(conn)
     cycles = rel.cycles()
@@ -56,7 +76,7 @@ def registration_tick(
     pending = {s for s in rel.registry if not rel.ready(s)}
     for sid in rel.ordered(rel.registry):
         key = build_key(rel, sid, sid in cursor.pending)
-        if key is None or issued.get(sid) == key:
+        if key is None or issued.get(sid) == key or sid not in keys:  # not: registered now
             if sid in pending and sid not in cycles:
                 notes.append(f"{sid} waits: {rel.why_pending(sid)}")
             continue
@@ -66,7 +86,7 @@ def registration_tick(
                 pending.add(sid)  # still owed the build its wait ended with
             continue
         issued[sid] = key
-        requests.append(request(sid, key))
+        requests.append(request(keys[sid], key))
     reported = sorted(set(cycles.values()))
     new_cycles = [msg for msg in reported if msg not in cursor.cycles]
     notes += [f"{msg}: not built ({', '.join(_members(cycles, msg))})" for msg in reported]
@@ -80,8 +100,8 @@ def registration_tick(
         run_requests=batched(requests),
         skip_reason=None if requests else skip_reason(notes, "no schema to build"),
         cursor=next_cursor.dumps(),
-        dynamic_partitions_requests=[schemas.build_add_request(new_ids)] if new_ids else [],
-        asset_events=_cycle_observations(cycles, new_cycles, partitions | set(new_ids)),
+        dynamic_partitions_requests=changes,
+        asset_events=_cycle_observations(cycles, new_cycles, keys),
     )
     warnings = [f"{msg}: not built ({', '.join(_members(cycles, msg))})" for msg in new_cycles]
     return result, warnings
@@ -92,17 +112,18 @@ def _members(cycles: Mapping[str, str], message: str) -> list[str]:
 
 
 def _cycle_observations(
-    cycles: Mapping[str, str], new: list[str], partitions: set[str]
+    cycles: Mapping[str, str], new: list[str], keys: Mapping[str, str]
 ) -> list[dg.AssetObservation]:
-    """A cycle is reported on each schema in it: an observation of its plan's partition."""
+    """A cycle is reported on each schema in it: an observation of its plan's partition
+    (`keys`: every registered schema's, there after this tick)."""
     return [
         dg.AssetObservation(
             asset_key="migration_plan",
-            partition=sid,
+            partition=keys[sid],
             metadata={"pending": f"{Reason.RELATION_CYCLE}: {msg}"},
         )
         for sid, msg in sorted(cycles.items())
-        if msg in new and sid in partitions
+        if msg in new and sid in keys
     ]
 
 

@@ -7,20 +7,23 @@ that limits that tag to one run executes them in relation order.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import dagster as dg
 import psycopg
 
 from p2panda_assets.defs.assets import BATCH_TAG, QUEUE_TAG, materialize_schema_job
+from p2panda_assets.defs.partitions import PARTITION_TAG, SCHEMAS, schema_id_of, schemas
 from p2panda_assets.engine.readiness import Relations, Scope
 from p2panda_assets.store.catalog import stored_catalog
 from p2panda_assets.store.feed import registry
 
 # The daemon looks at its sensors every 5 s (dagster._daemon.sensor.MIN_INTERVAL_LOOP_TIME,
-# not configurable). A minimum interval of 5 s would skip every loop that comes a moment
-# early, so 10 s between ticks; 1 s lets every loop tick. The latency goal is 10 s.
-MINIMUM_INTERVAL_SECONDS = 1
+# not configurable, and no `dagster.yaml` setting changes it): that is how often they run,
+# and what the UI shows as their frequency. (A loop that starts a moment early skips a
+# tick, 10 s between those two; the listener, `p2panda_assets.live`, brings a committed
+# entry's run without waiting for any tick.)
+MINIMUM_INTERVAL_SECONDS = 5
 FAMILY = [
     dg.AssetKey(name)
     for name in ("raw_entries", "decoded_messages", "migration_plan", "materialized_table")
@@ -28,7 +31,6 @@ FAMILY = [
 UP_TO_PLAN = FAMILY[:3]  # verify and index, decode, fold: everything but the table
 PLAN_AND_TABLE = FAMILY[2:]
 SCOPES: dict[Scope, list[dg.AssetKey] | None] = {Scope.FAMILY: None, Scope.UP_TO_PLAN: UP_TO_PLAN}
-PARTITION_TAG = "dagster/partition"
 QUEUED = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED]  # not begun
 IN_PROGRESS = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
 UNFINISHED = [*QUEUED, *IN_PROGRESS]
@@ -48,7 +50,7 @@ def busy_partitions(instance: dg.DagsterInstance) -> set[str]:
     the revert fan-out and the registration builds under steady ingest: the entries
     sensor queues a run for a schema with new entries at nearly every tick."""
     runs = instance.get_runs(filters=dg.RunsFilter(statuses=IN_PROGRESS), limit=1000)
-    return {run.tags[PARTITION_TAG] for run in runs if PARTITION_TAG in run.tags}
+    return {schema_id_of(run.tags[PARTITION_TAG]) for run in runs if PARTITION_TAG in run.tags}
 
 
 def queued_selections(instance: dg.DagsterInstance) -> dict[str, frozenset[dg.AssetKey]]:
@@ -58,7 +60,7 @@ def queued_selections(instance: dg.DagsterInstance) -> dict[str, frozenset[dg.As
     selections: dict[str, frozenset[dg.AssetKey]] = {}
     for run in runs:
         if PARTITION_TAG in run.tags:
-            sid = run.tags[PARTITION_TAG]
+            sid = schema_id_of(run.tags[PARTITION_TAG])
             selection = frozenset(run.asset_selection or FAMILY)
             selections[sid] = selections.get(sid, frozenset()) | selection
     return selections
@@ -70,11 +72,12 @@ def queued_tables(instance: dg.DagsterInstance) -> set[str]:
     return {s for s, assets in queued_selections(instance).items() if FAMILY[-1] in assets}
 
 
-def request(schema_id: str, run_key: str, assets: list[dg.AssetKey] | None = None) -> dg.RunRequest:
-    """A run of the schema's family (or of `assets` of it); checks of those assets follow."""
+def request(key: str, run_key: str, assets: list[dg.AssetKey] | None = None) -> dg.RunRequest:
+    """A run of the family (or of `assets` of it) of the schema whose partition key is
+    `key` (`defs.partitions.partition_key`); checks of those assets follow."""
     return dg.RunRequest(
         run_key=run_key,
-        partition_key=schema_id,
+        partition_key=key,
         asset_selection=assets,
         tags=QUEUE_TAG,
     )
@@ -91,7 +94,7 @@ def batched(requests: list[dg.RunRequest]) -> list[dg.RunRequest]:
     ]
     if len(keys) < 2:
         return requests
-    batch = {BATCH_TAG: ",".join(dict.fromkeys(keys))}
+    batch = {BATCH_TAG: ",".join(dict.fromkeys(schema_id_of(key) for key in keys))}
     return [
         dg.RunRequest(
             run_key=r.run_key,
@@ -101,6 +104,40 @@ def batched(requests: list[dg.RunRequest]) -> list[dg.RunRequest]:
         )
         for r in requests
     ]
+
+
+def requested_schema(run_request: dg.RunRequest) -> str:
+    """The schema id a request of `request` is for."""
+    return schema_id_of(run_request.partition_key or "")
+
+
+def missing_partitions(
+    instance: dg.DagsterInstance, requests: Iterable[dg.RunRequest]
+) -> list[str]:
+    """The partition keys `requests` name that the instance lacks: Dagster refuses a
+    request for a partition that does not exist, and a schema's key may be new
+    (registered, renamed, or an instance from before the names) while the registration
+    sensor has not ticked yet."""
+    wanted = {r.partition_key for r in requests if r.partition_key}
+    return sorted(wanted - set(instance.get_dynamic_partitions(SCHEMAS))) if wanted else []
+
+
+def with_partitions(instance: dg.DagsterInstance, result: dg.SensorResult) -> dg.SensorResult:
+    """`result`, adding in the same tick the partitions its requests lack
+    (`missing_partitions`)."""
+    missing = missing_partitions(instance, result.run_requests or [])
+    if not missing:
+        return result
+    return dg.SensorResult(
+        run_requests=result.run_requests,
+        skip_reason=result.skip_reason,
+        cursor=result.cursor,
+        dynamic_partitions_requests=[
+            *(result.dynamic_partitions_requests or []),
+            schemas.build_add_request(missing),
+        ],
+        asset_events=result.asset_events,
+    )
 
 
 def table_holds(built: Mapping[str, int], schema_id: str, ingest_seq: int) -> bool:

@@ -8,6 +8,7 @@ from dataclasses import replace
 import dagster as dg
 import psycopg
 
+from p2panda_assets.defs.partitions import partition_keys
 from p2panda_assets.defs.resources import PostgresResource
 from p2panda_assets.defs.sensors.cursors import RevertCursor
 from p2panda_assets.defs.sensors.requests import (
@@ -17,22 +18,28 @@ from p2panda_assets.defs.sensors.requests import (
     load_relations,
     pipeline_sensor,
     request,
+    requested_schema,
     skip_reason,
     table_holds,
+    with_partitions,
 )
 from p2panda_assets.engine.readiness import Relations, revert_fan_out
 from p2panda_assets.store.feed import built_through, verified_reverts
 
 
 def revert_requests(
-    rel: Relations, schema_id: str, seq: int
+    rel: Relations, schema_id: str, seq: int, keys: Mapping[str, str] | None = None
 ) -> tuple[list[dg.RunRequest], list[str]]:
     """`migration_plan` and `materialized_table` of the reverted schema and of every
     registered schema whose relations reach it, upstream first; a schema that is not
-    ready (cycle, unregistered or unmaterialized upstream) is left out."""
+    ready (cycle, unregistered or unmaterialized upstream) is left out. `keys`: the
+    partition key of each schema id (`defs.partitions.partition_keys`; none: bare ids)."""
     rebuilt, pending = revert_fan_out(rel, schema_id)
     requests = [
-        request(target, f"revert-{schema_id}-{seq}-{target}", PLAN_AND_TABLE) for target in rebuilt
+        request(
+            (keys or {}).get(target, target), f"revert-{schema_id}-{seq}-{target}", PLAN_AND_TABLE
+        )
+        for target in rebuilt
     ]
     notes = [f"{target} waits: {rel.why_pending(target)}" for target in pending]
     return requests, notes
@@ -45,8 +52,8 @@ def unbuilt_requests(
     those whose table was built after the revert entry (ingest_seq `since`) was verified
     (`table_holds`): a daemon started after `panda demo`, whose first tick finds every
     revert new."""
-    kept = [r for r in requests if not table_holds(built, r.partition_key or "", since)]
-    return kept, [r.partition_key or "" for r in requests if r not in kept]
+    kept = [r for r in requests if not table_holds(built, requested_schema(r), since)]
+    return kept, [requested_schema(r) for r in requests if r not in kept]
 
 
 def revert_tick(
@@ -58,6 +65,7 @@ def revert_tick(
         return dg.SensorResult(skip_reason="no new schema-revert entries", cursor=cursor.dumps())
     busy = busy_partitions(instance)
     rel = load_relations(conn)
+    keys = partition_keys(conn)
     handled = {s: seqs for s, seqs in cursor.handled.items() if s in found}
     requests: list[dg.RunRequest] = []
     notes: list[str] = []
@@ -66,8 +74,8 @@ def revert_tick(
             notes.append(f"revert of {sid} waits for its run in progress")
             continue
         latest = max(set(new[sid]) - set(cursor.handled.get(sid, ())))
-        more, why = revert_requests(rel, sid, latest)
-        built = built_through(conn, [r.partition_key or "" for r in more])
+        more, why = revert_requests(rel, sid, latest, keys)
+        built = built_through(conn, [requested_schema(r) for r in more])
         more, done = unbuilt_requests(more, built, found[sid][latest])
         requests += more
         notes += why + [
@@ -93,4 +101,5 @@ def schema_revert_sensor(
     the entries sensor's rebuild of the schema; a revert waits while that run is still
     writing the schema (its decoded messages, its table)."""
     with postgres.connect() as conn:
-        return revert_tick(conn, context.instance, RevertCursor.parse(context.cursor))
+        result = revert_tick(conn, context.instance, RevertCursor.parse(context.cursor))
+    return with_partitions(context.instance, result)
