@@ -8,6 +8,7 @@ never pass through this step."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, cast
@@ -244,10 +245,10 @@ def tips_frame(spark: SparkSession, tips: dict[LogKey, LogTip]) -> DataFrame:
     )
 
 
-def log_of(row: Any) -> tuple[LogKey, LogSummary, tuple[object, ...]]:
-    """A collected `log` row back as (log key, summary, (tip seq, ended, clean)): a log is
-    clean when the chain rules held none of its entries."""
-    key, summary = summary_of(row.asDict())
+def log_of(row: Mapping[str, Any]) -> tuple[LogKey, LogSummary, tuple[object, ...]]:
+    """A `log` row back as (log key, summary, (tip seq, ended, clean)): a log is clean
+    when the chain rules held none of its entries."""
+    key, summary = summary_of(dict(row))
     return key, summary, (row["tip_seq"], row["tip_ended"], row["held"] == 0)
 
 
@@ -292,12 +293,18 @@ def chain_in_driver(spark: SparkSession, rows: list[Row], tips: dict[LogKey, Log
     `tips`, by the same `chain_group`, in the driver: the shuffle by log and the Python
     stage of `map_groups` cost more than the work for a few entries (the sensors' runs,
     an increment's index step). A frame of the rows it holds, as `chain_logs`'s."""
+    table = chain_locally(rows, tips)
+    return spark.createDataFrame(table, from_arrow_schema(CHAIN_ARROW))
+
+
+def chain_locally(rows: list[Row], tips: dict[LogKey, LogTip]) -> pa.Table:
+    """`chain_group` of every log of `rows` (as `python_rows` gives them), continued from
+    its tip in `tips`, in this process: `CHAIN_ARROW` rows."""
     for row in rows:
         tip = tips.get((cast(bytes, row["author"]), cast(int, row["log_id"])))
         if tip is not None:
             row.update(zip(TIP_COLUMNS, tip_columns(tip), strict=True))
-    table = map_groups_locally(rows, ("author", "log_id"), ("seq",), chain_group, CHAIN_ARROW)
-    return spark.createDataFrame(table, from_arrow_schema(CHAIN_ARROW))
+    return map_groups_locally(rows, ("author", "log_id"), ("seq",), chain_group, CHAIN_ARROW)
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,10 +322,16 @@ class ChainedLogs:
 
 def chained_logs(chained: DataFrame) -> ChainedLogs:
     """What the chain step found (`ChainedLogs`), from its `log` rows, in the driver."""
+    rows = chained.filter(F.col("row_type") == "log").collect()
+    return chained_logs_of(row.asDict() for row in rows)
+
+
+def chained_logs_of(log_rows: Iterable[Mapping[str, Any]]) -> ChainedLogs:
+    """`ChainedLogs` from the chain step's `log` rows (Spark's, or the driver's)."""
     logs: dict[LogKey, tuple[LogSummary, tuple[object, ...]]] = {}
     sums: dict[LogKey, LogSums] = {}
     held = unexplained = 0
-    for row in chained.filter(F.col("row_type") == "log").collect():
+    for row in log_rows:
         key, summary, tip = log_of(row)
         logs[key] = (summary, tip)
         held += int(row["held"])

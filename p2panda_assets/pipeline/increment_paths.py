@@ -4,8 +4,8 @@ make; `materialize._build_increments` does that through one of these:
 
 - `SparkSteps`: Spark jobs over the chained layers, the path of large increments;
 - `DriverSteps`: the same rules in the process that runs the build, with pyarrow
-  (`local_increments`), for an increment of at most `driver_path_messages()` new
-  messages: no Spark job's fixed cost for the few messages a published entry brings.
+  (`local_increments`), for an increment of at most `local_store.driver_path_entries()`
+  new messages: no Spark job's fixed cost for the few messages a published entry brings.
 
 `choose_steps` picks one by size, and falls back to Spark where pyarrow cannot open the
 warehouse (said once, `local_store.say_once`). The path taken is the outcome's `path`.
@@ -13,7 +13,6 @@ warehouse (said once, `local_store.say_once`). The path taken is the outcome's `
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -33,7 +32,12 @@ from p2panda_assets.pipeline.local_increments import (
     stage_locally,
     touched_locally,
 )
-from p2panda_assets.pipeline.local_store import LocalReadUnavailable, layers_dataset, say_once
+from p2panda_assets.pipeline.local_store import (
+    LocalReadUnavailable,
+    driver_path_entries,
+    layers_dataset,
+    say_once,
+)
 from p2panda_assets.pipeline.reduction import COLLECTED, accounts_of, reduce_instance_logs
 from p2panda_assets.pipeline.staging import stage_reduced
 from p2panda_assets.statuses import BuildPath
@@ -41,15 +45,6 @@ from p2panda_assets.store.pipeline_state import Stage
 
 # The reduced rows an increment reads in the driver (`materialize._reduced_again`).
 COLLECT = ("error", "instance", "before")
-
-DRIVER_PATH_ENV = "P2PANDA_DRIVER_PATH_MESSAGES"
-# Up to this many new messages an increment takes the driver path. Measured with
-# bench/pipeline.py --incremental N (docs/live-path.md): see there for the figures.
-DEFAULT_DRIVER_PATH_MESSAGES = 20_000
-
-
-def driver_path_messages() -> int:
-    return int(os.environ.get(DRIVER_PATH_ENV) or DEFAULT_DRIVER_PATH_MESSAGES)
 
 
 class IncrementSteps(Protocol):
@@ -168,9 +163,9 @@ class DriverSteps:
 def choose_steps(
     spark: SparkSession, index: IndexResult, catalog: Catalog, new_messages: int
 ) -> IncrementSteps:
-    """The driver path for an increment of at most `driver_path_messages()` new
-    messages whose warehouse pyarrow can open; else Spark."""
-    if new_messages <= driver_path_messages():
+    """The driver path for an increment of at most `driver_path_entries()` new messages
+    whose warehouse pyarrow can open; else Spark."""
+    if new_messages <= driver_path_entries():
         try:
             layers_dataset([index.warehouse.chained(run) for run in index.layers])
         except LocalReadUnavailable as unavailable:

@@ -31,67 +31,35 @@ from decimal import Decimal
 from typing import cast
 
 import psycopg
-import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from p2panda_assets.engine.corpus import (
-    Accounts,
     Catalog,
     LogKey,
     LogSummary,
-    duplicate_log_accounts,
-    pending_accounts,
 )
 from p2panda_assets.engine.relations import BuildOrder
-from p2panda_assets.errors import Pending, Reason
 from p2panda_assets.failpoints import Failpoint, failpoint
 from p2panda_assets.pipeline.chaining import (
-    TIP_COLUMNS,
-    accepted_entries,
-    account_rows,
-    chain_in_driver,
-    chain_logs,
-    chained_logs,
-    few_to_chain,
-    items_log,
     ref_from_columns,
-    rows_to_chain,
-    tips_frame,
 )
-from p2panda_assets.pipeline.copy import ACCOUNT_COLUMNS, Target, copy_frame
-from p2panda_assets.pipeline.groups import Row, arrow_schema, map_groups
+from p2panda_assets.pipeline.index_accounts import schema_account_rows, waiting_logs
+from p2panda_assets.pipeline.index_paths import DriverIndexSteps, Frame, IndexSteps, index_steps
 from p2panda_assets.pipeline.jvm_failures import jvm_failures_explained
-from p2panda_assets.pipeline.layers import keep_chained, keep_layer_sums, read_layers, write_chained
-from p2panda_assets.pipeline.local_frames import local_frame
+from p2panda_assets.pipeline.layers import keep_chained, keep_layer_sums, read_layers
 from p2panda_assets.pipeline.log_plan import LogPlan, decided_columns, log_rows_with_tips, plan_logs
 from p2panda_assets.pipeline.spark import sized_for_the_store
 from p2panda_assets.pipeline.verify import (
     compact_verified,
     current_warehouse,
-    read_new_verified,
-    read_verified,
     verify_new_entries,
 )
-from p2panda_assets.pipeline.warehouse import NO_SCHEMA, Warehouse, remove
+from p2panda_assets.pipeline.warehouse import Warehouse
 from p2panda_assets.pipeline.watchdog import watched
 from p2panda_assets.protocol.log import LogTip, anchors_for
-from p2panda_assets.statuses import Assignment as LogAssignment
+from p2panda_assets.statuses import BuildPath
 from p2panda_assets.store import pipeline_state as state_sql
 from p2panda_assets.store.catalog import load_catalog, registered_schemas, stored_catalog
-
-ACCOUNT_SPARK = "hash binary, schema_id string, state string, reason string, message string"
-
-
-ACCOUNT_ARROW = arrow_schema(
-    [
-        ("hash", pa.binary()),
-        ("schema_id", pa.string()),
-        ("state", pa.string()),
-        ("reason", pa.string()),
-        ("message", pa.string()),
-    ]
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +73,7 @@ class IndexResult:
     fingerprint: str  # what the index was computed from
     up_to_date: bool = False  # nothing changed since the last index step
     batch: int = 0  # the newest verified batch the chained messages hold
+    path: BuildPath | None = None  # where the step ran; None: nothing to index
 
     def decoded(self, spark: SparkSession) -> DataFrame | None:
         """Every chained message of the store (None before the first entry)."""
@@ -156,9 +125,8 @@ def _run_index(
         _commit(
             conn,
             url,
-            spark,
-            _empty_accounts(spark),
-            warehouse,
+            DriverIndexSteps(warehouse),
+            [],
             None,
             lambda stage: state_sql.commit_index(conn, [], stage, None, fingerprint, 0),
         )
@@ -168,36 +136,44 @@ def _run_index(
         keep_chained(spark, warehouse, {*appended.layers, *state.layers})
         return replace(appended, verified=verified)
     state = compact_verified(spark, conn, warehouse, state)
-    verified_ok = read_verified(spark, warehouse, state).filter(F.col("verdict") == "ok")
-    held = rows_to_chain(verified_ok) if few_to_chain(good) else None
-    chained = chain_logs(verified_ok) if held is None else chain_in_driver(spark, held, {})
+    steps = index_steps(spark, warehouse, good)
+    verified_ok = steps.verified(state)
+    held = steps.rows(verified_ok, good)
+    chained = steps.chain(verified_ok, held, {})
     try:
-        found = chained_logs(chained)
+        found = steps.found(chained)
         logs = found.logs
         summaries = {key: summary for key, (summary, _) in logs.items()}
         schema_keys = [key for key, summary in summaries.items() if summary.is_schema]
         catalog = load_catalog(conn, schema_keys, registered_schemas(conn))
         order = catalog.order()
         plan = plan_logs(summaries, catalog, order)
-        accepted = accepted_entries(verified_ok, chained, found.held)
-        run = write_chained(spark, accepted, plan, warehouse, found.unexplained, held is not None)
-        accounts = _index_accounts(spark, chained, accepted, catalog, plan)
+        accepted = steps.accepted(verified_ok, chained, found.held)
+        run = steps.write(accepted, plan, found.unexplained, held is not None)
+        accounts = _index_accounts(steps, chained, accepted, catalog, plan)
         rows = log_rows_with_tips(logs, plan)
         _commit(
             conn,
             url,
-            spark,
+            steps,
             accounts,
-            warehouse,
             run,
             lambda stage: state_sql.commit_index(conn, rows, stage, run, fingerprint, state.batch),
         )
         keep_layer_sums(conn, run, [run], plan, found.sums)
     finally:
-        chained.unpersist()
+        steps.release(chained)
     keep_chained(spark, warehouse, {run, *state.layers})
     return IndexResult(
-        verified, len(summaries), catalog, order, warehouse, (run,), fingerprint, batch=state.batch
+        verified,
+        len(summaries),
+        catalog,
+        order,
+        warehouse,
+        (run,),
+        fingerprint,
+        batch=state.batch,
+        path=steps.path,
     )
 
 
@@ -267,31 +243,26 @@ def _append_index(
         return None
     if good < append_min_entries():
         return None
-    new = read_new_verified(spark, warehouse, since, state.batch).filter(F.col("verdict") == "ok")
-    held = rows_to_chain(new)
+    steps = index_steps(spark, warehouse, None, since, state.batch)
+    new = steps.verified(state, since)
+    held = steps.rows(new)
     seqs: dict[LogKey, list[int]] = {}
     if held is not None:
         for entry in held:
             key = (cast(bytes, entry["author"]), cast(int, entry["log_id"]))
             seqs.setdefault(key, []).append(cast(int, entry["seq"]))
     else:
-        by_log = new.groupBy("author", "log_id").agg(F.collect_list("seq").alias("seqs"))
-        for row in by_log.collect():
-            seqs[(bytes(row["author"]), int(row["log_id"]))] = [int(n) for n in row["seqs"]]
+        seqs = steps.seqs(new)
     new_entries = sum(map(len, seqs.values()))
     if new_entries > APPEND_SHARE * good:
         return None
     stored = _stored_logs(conn)
-    tips = _tips(spark, conn, warehouse, state.layers, stored, seqs)
+    tips = _tips(steps, conn, warehouse, state.layers, stored, seqs)
     if tips is None:
         return None
-    if held is not None:
-        chained = chain_in_driver(spark, held, tips)
-    else:
-        tipped = new.join(F.broadcast(tips_frame(spark, tips)), ["author", "log_id"], "left")
-        chained = chain_logs(tipped, TIP_COLUMNS)
+    chained = steps.chain(new, held, tips)
     try:
-        found = chained_logs(chained)
+        found = steps.found(chained)
         logs: dict[LogKey, tuple[LogSummary, tuple[object, ...]]] = {}
         for key, (summary, tip) in found.logs.items():
             before = stored.get(key)
@@ -306,20 +277,17 @@ def _append_index(
             return None
         run: str | None = None  # no layer without a message to hold (see `_grew`)
         layers = state.layers
-        accepted = accepted_entries(new, chained, found.held)
+        accepted = steps.accepted(new, chained, found.held)
         if _grew(logs, stored):
-            run = write_chained(
-                spark, accepted, plan, warehouse, found.unexplained, held is not None
-            )
+            run = steps.write(accepted, plan, found.unexplained, held is not None)
             layers = (*layers, run)
-        accounts = _index_accounts(spark, chained, accepted, catalog, plan)
+        accounts = _index_accounts(steps, chained, accepted, catalog, plan)
         rows = log_rows_with_tips(logs, plan)
         _commit(
             conn,
             url,
-            spark,
+            steps,
             accounts,
-            warehouse,
             run,
             lambda stage: state_sql.commit_appended(
                 conn, rows, stage, layers[1:], fingerprint, state.batch
@@ -328,7 +296,7 @@ def _append_index(
         if run is not None:
             keep_layer_sums(conn, run, layers, plan, found.sums)
     finally:
-        chained.unpersist()
+        steps.release(chained)
     return IndexResult(
         0,
         len(summaries),
@@ -338,6 +306,7 @@ def _append_index(
         layers,
         fingerprint,
         batch=state.batch,
+        path=steps.path,
     )
 
 
@@ -355,7 +324,7 @@ def _grew(
 
 
 def _tips(
-    spark: SparkSession,
+    steps: IndexSteps,
     conn: psycopg.Connection,
     warehouse: Warehouse,
     layers: tuple[str, ...],
@@ -389,7 +358,9 @@ def _tips(
             hashes.setdefault((author, log_id), {})[seq] = found[0]
         else:
             unsure.append((author, log_id, seq))
-    for (author, log_id, seq), entry_hash in _accepted_at(spark, warehouse, layers, unsure):
+    roots = [warehouse.chained(run) for run in layers]
+    accepted_at = steps.accepted_at(roots, unsure) if unsure else []
+    for (author, log_id, seq), entry_hash in accepted_at:
         hashes.setdefault((author, log_id), {})[seq] = entry_hash
     tips: dict[LogKey, LogTip] = {}
     for key, (old, anchored) in needed.items():
@@ -401,98 +372,21 @@ def _tips(
     return tips
 
 
-def _accepted_at(
-    spark: SparkSession,
-    warehouse: Warehouse,
-    layers: tuple[str, ...],
-    positions: list[state_sql.LogPosition],
-) -> list[tuple[state_sql.LogPosition, bytes]]:
-    """The hash of the accepted entry at each of `positions` the chained layers hold."""
-    if not positions:
-        return []
-    rows = [(author, Decimal(log_id), Decimal(seq)) for author, log_id, seq in positions]
-    anchors = local_frame(spark, rows, "author binary, log_id decimal(20,0), seq decimal(20,0)")
-    chained = read_layers(spark, [warehouse.chained(run) for run in layers])
-    assert chained is not None  # layers is not empty
-    found = chained.select("author", "log_id", "seq", "hash").join(
-        F.broadcast(anchors), ["author", "log_id", "seq"], "left_semi"
-    )
-    return [
-        ((bytes(row["author"]), int(row["log_id"]), int(row["seq"])), bytes(row["hash"]))
-        for row in found.collect()
-    ]
-
-
 def _index_accounts(
-    spark: SparkSession, chained: DataFrame, accepted: DataFrame, catalog: Catalog, plan: LogPlan
-) -> DataFrame:
+    steps: IndexSteps, chained: Frame, accepted: Frame, catalog: Catalog, plan: LogPlan
+) -> Frame:
     """The accounts the index decides: chain rules, schema log entries, and the logs no
     schema build will reduce (their schema cannot be determined, is not built, or the
     author has a lower log for it)."""
-    chain = chained.filter(F.col("row_type") == "account").select(
-        "hash",
-        F.lit(None).cast("string").alias("schema_id"),
-        "state",
-        "reason",
-        "message",
-        F.lit("chain").alias("origin"),
-    )
-    schema_accounts: Accounts = {}
-    for schema_id in catalog.histories:
-        schema_accounts.update(catalog.schema_accounts(schema_id))
-    schema_rows = [(*r.values(), "schema") for r in account_rows(schema_accounts)]
-    frames = [chain]
-    if schema_rows:
-        frames.append(local_frame(spark, schema_rows, ACCOUNT_SPARK + ", origin string"))
-    pending: dict[LogKey, tuple[str, str | None, str, str]] = {}
-    for key, (schema, kind, why) in plan.items():
-        if kind is LogAssignment.DUPLICATE:
-            pending[key] = (LogAssignment.DUPLICATE.value, schema, "", "")
-        elif why is not None:
-            named = None if schema == NO_SCHEMA else schema
-            pending[key] = (LogAssignment.PENDING.value, named, str(why.reason), why.message)
-    if pending:
-        wanted = local_frame(
-            spark,
-            [(a, Decimal(i), *v) for (a, i), v in pending.items()],
-            "author binary, log_id decimal(20,0), plan string, plan_schema string, "
-            "why_reason string, why_message string",
-        )
-        items = accepted.select("author", "log_id", "seq", "hash", "payload", "message")
-        planned = items.join(F.broadcast(wanted), ["author", "log_id"])
-        accounts = map_groups(
-            planned, ("author", "log_id"), ("seq",), _pending_group, ACCOUNT_ARROW
-        )
-        frames.append(accounts.withColumn("origin", F.lit("pending")))
-    result = frames[0]
-    for frame in frames[1:]:
-        result = result.unionByName(frame)
-    return result
-
-
-def _pending_group(rows: list[Row]) -> list[Row]:
-    log = items_log(rows)
-    first = rows[0]
-    schema_id = cast(str | None, first["plan_schema"])
-    if first["plan"] == LogAssignment.DUPLICATE:
-        assert schema_id is not None
-        accounts = duplicate_log_accounts(log, schema_id)
-    else:
-        why = Pending(Reason(str(first["why_reason"])), str(first["why_message"]))
-        accounts = pending_accounts(log, why, schema_id)
-    return account_rows(accounts)
-
-
-def _empty_accounts(spark: SparkSession) -> DataFrame:
-    return local_frame(spark, [], ACCOUNT_SPARK + ", origin string")
+    pending = steps.pending(accepted, waiting_logs(plan))
+    return steps.accounts(chained, pending, schema_account_rows(catalog))
 
 
 def _commit(
     conn: psycopg.Connection,
     url: str,
-    spark: SparkSession,
-    accounts: DataFrame,
-    warehouse: Warehouse,
+    steps: IndexSteps,
+    accounts: Frame,
     run: str | None,
     settle: Callable[[state_sql.Stage], None],
 ) -> None:
@@ -500,11 +394,11 @@ def _commit(
     transaction; on any failure, drop the stage and the chained run this step wrote."""
     stage = state_sql.stage_table(conn, "accounts", secrets.token_hex(6))
     try:
-        copy_frame(accounts, url, Target.into(stage, (*ACCOUNT_COLUMNS, ("origin", "text"))))
+        steps.copy_accounts(accounts, url, stage)
         failpoint(Failpoint.INDEXED)
         settle(stage)
     except BaseException:
         state_sql.drop_tables(conn, [stage])
         if run is not None:
-            remove(spark, warehouse.chained(run))
+            steps.remove_run(run)
         raise

@@ -1,17 +1,22 @@
-"""The chained layers read in the driver, with pyarrow: the driver path's reads
-(`pipeline.local_increments`). The same files Spark reads (`pipeline.layers`), through
-`pyarrow.fs`: a local path or `file://`, `s3a://` as S3, `hdfs://`. A root pyarrow cannot
-open (no credentials, no libhdfs) raises `LocalReadUnavailable`, and the caller takes the
-Spark path."""
+"""The columnar store read and written in the driver, with pyarrow: the driver path
+(`index_paths`, `increment_paths`), which a step takes for at most
+`driver_path_entries()` entries to chain or new messages to reduce. The same files Spark
+reads and writes (`pipeline.layers`, `pipeline.verify`), through `pyarrow.fs`: a local
+path or `file://`, `s3a://` as S3, `hdfs://`. A root pyarrow cannot open (no
+credentials, no libhdfs) raises `LocalReadUnavailable`, and the caller takes the Spark
+path."""
 
 from __future__ import annotations
 
 import logging
+import os
+import secrets
 from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from p2panda_assets.pipeline.layers import LAYER_SPARK
@@ -23,6 +28,17 @@ log = logging.getLogger(__name__)
 # Spark does not escape).
 LAYER_ARROW = to_arrow_schema(LAYER_SPARK)
 SCHEMA_PARTITIONING = ds.partitioning(pa.schema([("schema", pa.string())]), flavor="hive")
+
+
+DRIVER_PATH_ENV = "P2PANDA_DRIVER_PATH_ENTRIES"
+# Up to this many entries to chain, or new messages of an increment, a step takes the
+# driver path (docs/live-path.md has the measurements behind the default).
+DEFAULT_DRIVER_PATH_ENTRIES = 20_000
+
+
+def driver_path_entries() -> int:
+    """`P2PANDA_DRIVER_PATH_ENTRIES`, or its default; -1 turns the driver path off."""
+    return int(os.environ.get(DRIVER_PATH_ENV) or DEFAULT_DRIVER_PATH_ENTRIES)
 
 
 class LocalReadUnavailable(Exception):
@@ -57,6 +73,16 @@ def layers_dataset(layers: Sequence[str]) -> ds.Dataset | None:
         return None
     # A list of datasets is their union (pyarrow's docs); the stubs know lists of paths.
     return ds.dataset(parts)  # type: ignore[arg-type]
+
+
+def write_batch(table: pa.Table, path: str) -> None:
+    """A verified batch (`verify.VERIFIED_ARROW`) into its directory, one Parquet file,
+    where Spark and `local_index.read_verified_locally` read it."""
+    filesystem, directory = layer_filesystem(path)
+    filesystem.create_dir(directory, recursive=True)
+    pq.write_table(
+        table, f"{directory}/part-00000-{secrets.token_hex(6)}.parquet", filesystem=filesystem
+    )
 
 
 _said: set[str] = set()

@@ -33,6 +33,7 @@ from p2panda_assets.failpoints import Failpoint, failpoint
 from p2panda_assets.pipeline.copy import ACCOUNT_COLUMNS, Target, copy_rows
 from p2panda_assets.pipeline.groups import arrow_schema, record_batch
 from p2panda_assets.pipeline.local_frames import local_frame
+from p2panda_assets.pipeline.local_store import LocalReadUnavailable, say_once, write_batch
 from p2panda_assets.pipeline.once_per_task import job_ledger, task_transaction
 from p2panda_assets.pipeline.packed import pack_message
 from p2panda_assets.pipeline.spark import entries_per_partition
@@ -254,8 +255,9 @@ def verify_new_entries(spark: SparkSession, conn: psycopg.Connection, url: str) 
     The caller holds `PIPELINE_LOCK`.
 
     A few new entries (the sensors' usual case) are verified in the driver: the same
-    `_verify_batches`, without the five Spark jobs a distributed pass costs; the batch
-    still goes to the columnar store through Spark (one job), so any warehouse URI works.
+    `verify_rows`, without the five Spark jobs a distributed pass costs, and the batch
+    is written by pyarrow (`local_store.write_batch`), or by Spark where pyarrow cannot
+    open the warehouse.
     """
     warehouse = current_warehouse(spark, conn)
     state = state_sql.pipeline_state(conn)
@@ -339,7 +341,11 @@ def _verify_in_driver(
     for batch in batches:
         copy_side_rows(conn, batch, index, accounts)
     table = pa.Table.from_batches(batches, schema=VERIFIED_ARROW)
-    spark.createDataFrame(table).write.mode("overwrite").parquet(path)
+    try:  # by pyarrow, without a Spark job (the driver path); by Spark where it cannot
+        write_batch(table, path)
+    except LocalReadUnavailable as unavailable:
+        say_once(str(unavailable))
+        spark.createDataFrame(table).write.mode("overwrite").parquet(path)
 
 
 SCHEMA_KINDS_ARROW = pa.array(sorted(SCHEMA_KINDS), pa.string())

@@ -9,6 +9,8 @@ from p2panda_assets.engine.corpus import reduce_corpus
 from p2panda_assets.pipeline import index as index_module
 from p2panda_assets.pipeline.increments import layer_sums
 from p2panda_assets.pipeline.index import APPEND_MIN_ENV, run_index
+from p2panda_assets.pipeline.index_paths import DriverIndexSteps, SparkIndexSteps
+from p2panda_assets.pipeline.local_store import DRIVER_PATH_ENV
 from p2panda_assets.pipeline.run import run_pipeline
 from p2panda_assets.pipeline.warehouse import NO_SCHEMA
 from p2panda_assets.protocol.ids import parse_schema_id
@@ -145,12 +147,15 @@ def test_each_layer_is_summed_by_the_index_step_that_writes_it(spark, session_da
         assert len(index.layers) == 3  # the last two steps appended
 
 
+@pytest.mark.parametrize("steps", [SparkIndexSteps, DriverIndexSteps])
 def test_a_forged_entry_at_a_tips_seq_is_told_apart_by_the_layers(
-    spark, session_database, monkeypatch
+    spark, session_database, monkeypatch, steps
 ):
     """The entry store holds a refused entry beside the accepted one at a log's tip (the
     same author, log and seq, a signature that does not verify): which of the two the new
-    entries link to is read from the chained layers, and the log is still appended."""
+    entries link to is read from the chained layers, and the log is still appended. On
+    both paths of the index step."""
+    monkeypatch.setenv(DRIVER_PATH_ENV, "1000000" if steps is DriverIndexSteps else "-1")
     corpus, schema = notes()
     log = instances(corpus.author(2), 1)
     for title in "abcd":
@@ -159,13 +164,13 @@ def test_a_forged_entry_at_a_tips_seq_is_told_apart_by_the_layers(
     entry, payload = corpus.pairs[n - 3]  # the log's seq 2, its tip after the first part
     corpus.pairs.append((entry[:-1] + bytes([entry[-1] ^ 1]), payload))
     read_from_layers: list[object] = []
-    accepted_at = index_module._accepted_at
+    accepted_at = steps.accepted_at
 
-    def spying(spark, warehouse, layers, positions):
+    def spying(self, layers, positions):
         read_from_layers.extend(positions)
-        return accepted_at(spark, warehouse, layers, positions)
+        return accepted_at(self, layers, positions)
 
-    monkeypatch.setattr(index_module, "_accepted_at", spying)
+    monkeypatch.setattr(steps, "accepted_at", spying)
     parts = [list(range(n - 2)), [n, n - 2, n - 1]]
     assert run_parts(spark, session_database, corpus, parts, [schema.schema_id]) == [0, 1]
     assert read_from_layers == [(corpus.author(2).key_pair.public_key, 1, 2)]
