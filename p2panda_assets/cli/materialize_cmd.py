@@ -61,7 +61,8 @@ def run_current(args: argparse.Namespace) -> int:
 
 
 def result_line(row: RegistryRow) -> str:
-    """One schema's line: id, name, version, rows or status (and why), table. A schema
+    """One schema's line: id, name, version, rows or status (and why), table, and where
+    its last build ran (`spark`, or the `driver` path of a small increment). A schema
     with no version yet (its schema log not in the store, or waiting) has no table."""
     name = row.registered_name or row.name or "-"
     detail = f"{row.rows or 0} rows" if row.status == SchemaStatus.MATERIALIZED else row.status
@@ -69,7 +70,8 @@ def result_line(row: RegistryRow) -> str:
         detail += f" ({row.status_message})"
     if row.version is None:
         return f"{row.schema_id}  {name}  no version yet  {detail}"
-    return f"{row.schema_id}  {name}  version {row.version}  {detail}  {row.table_name}"
+    line = f"{row.schema_id}  {name}  version {row.version}  {detail}  {row.table_name}"
+    return f"{line}  built: {row.built_path}" if row.built_path else line
 
 
 def run_as_of(args: argparse.Namespace) -> int:

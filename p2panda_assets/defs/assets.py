@@ -100,6 +100,9 @@ def raw_entries(
             "verified_now": result.verified,
             "logs_in_store": result.logs,
             "index_up_to_date": result.up_to_date,
+            # Where the index step ran: Spark jobs, or the driver path for few entries
+            # (pipeline.index_paths); none when nothing was new.
+            "index_path": str(result.path) if result.path is not None else "none",
         }
     )
 
@@ -267,6 +270,9 @@ def materialized_table(
             "status": str(outcome.status),
             # Only the instances new messages name were reduced again (pipeline.increments).
             "incremental": outcome.incremental,
+            # Where this run built it: Spark jobs, or the driver path of a small increment
+            # (pipeline.increment_paths); none for a table left as it was.
+            "build_path": str(outcome.path) if outcome.path is not None else "none",
             BUILT_FROM: index.fingerprint,  # an unchanged table was built from it too
             "table": outcome.table_name,
             "dagster/row_count": outcome.rows,

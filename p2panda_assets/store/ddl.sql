@@ -150,6 +150,9 @@ ALTER TABLE p2panda.schemas ADD COLUMN IF NOT EXISTS built_state jsonb;
 -- Whether the last build added to the table (pipeline/increments.py) or built it whole.
 ALTER TABLE p2panda.schemas ADD COLUMN IF NOT EXISTS built_incrementally boolean NOT NULL
     DEFAULT false;
+-- Where the last build ran: `spark` (Spark jobs) or `driver` (the driver path of a small
+-- increment, pipeline/increment_paths.py); NULL before it was recorded.
+ALTER TABLE p2panda.schemas ADD COLUMN IF NOT EXISTS built_path text;
 -- Where each log stands, so that the next index step continues it from its tip instead
 -- of chaining it again: its last accepted seq, whether that entry ended the log, whether
 -- every entry of it was accepted, and why its entries wait (if they do).

@@ -56,6 +56,7 @@ class RegistryRow:
     view_conflict: str | None  # why it has none
     migrations: dict[str, str]  # version -> compatibility class of that migration
     fallbacks: dict[str, int]  # field -> rows whose value fell back to the default
+    built_path: str | None  # where its last build ran: spark | driver (BuildPath)
 
     @property
     def shown_name(self) -> str | None:

@@ -381,7 +381,7 @@ def update_registry(
         """
         UPDATE p2panda.schemas SET version = %s, version_hash = %s, rows = %s, fallbacks = %s,
           materialized_at = clock_timestamp(), built_fingerprint = %s, built_state = %s,
-          built_incrementally = %s
+          built_incrementally = %s, built_path = %s
         WHERE schema_id = %s
         """,
         (
@@ -392,6 +392,7 @@ def update_registry(
             fingerprint,
             None if state is None else Jsonb(_as_written(conn, state).as_json()),
             outcome.incremental,
+            None if outcome.path is None else str(outcome.path),
             outcome.schema_id,
         ),
     )
@@ -538,7 +539,7 @@ def registry_outcome(conn: psycopg.Connection, schema_id: str) -> Outcome:
     built table, so there is no reason to carry)."""
     row = conn.execute(
         "SELECT status, rows, version, version_hash, table_name, upstream, fallbacks,"
-        " name, description, migrations, built_incrementally"
+        " name, description, migrations, built_incrementally, built_path"
         " FROM p2panda.schemas WHERE schema_id = %s",
         (schema_id,),
     ).fetchone()
@@ -558,6 +559,7 @@ def registry_outcome(conn: psycopg.Connection, schema_id: str) -> Outcome:
         description=row[8],
         migrations=dict(row[9] or {}),
         incremental=bool(row[10]),
+        path=None if row[11] is None else BuildPath(row[11]),
     )
 
 

@@ -208,6 +208,7 @@ def test_related_schemas_materialize_upstream_first_as_the_engine_reduces_them(
             assert meta["table"] == table_name_for(schema_id)
             assert meta["dagster/row_count"] == len(table_rows(store, schema_id))
             assert meta["upstream_schemas"] == upstream
+            assert meta["build_path"] == "spark"  # a first build is whole: Spark's
             columns = meta["dagster/column_schema"].columns
             assert [c.name for c in columns] == table_columns(store, schema_id)
             assert [(c.name, c.type) for c in columns[:5]] == SYSTEM_COLUMNS
@@ -227,6 +228,13 @@ def test_related_schemas_materialize_upstream_first_as_the_engine_reduces_them(
         run_partition(instance, mail)
         assert table_rows(store, mail) == before
         assert latest_metadata(instance, "raw_entries", mail)["index_up_to_date"] is True
+        assert latest_metadata(instance, "raw_entries", mail)["index_path"] == "none"
+        paths = [
+            m.metadata["index_path"].value
+            for schema_id in relations.schema_ids
+            for m in materializations(instance, "raw_entries", schema_id)
+        ]
+        assert paths[0] == "driver"  # few entries: indexed without a Spark job
         verified = [
             m.metadata["verified_now"].value
             for schema_id in relations.schema_ids

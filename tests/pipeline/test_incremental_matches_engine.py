@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
 
+from p2panda_assets.cli.materialize_cmd import result_line
 from p2panda_assets.engine.corpus import Corpus, reduce_corpus
 from p2panda_assets.pipeline import (
     cascades,
@@ -26,15 +27,15 @@ from p2panda_assets.pipeline import (
     staging,
     verify,
 )
-from p2panda_assets.pipeline.increment_paths import DRIVER_PATH_ENV
 from p2panda_assets.pipeline.index import APPEND_MIN_ENV, run_index
+from p2panda_assets.pipeline.local_store import DRIVER_PATH_ENV
 from p2panda_assets.pipeline.materialize import materialize_schemas
 from p2panda_assets.pipeline.run import run_pipeline
 from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.statuses import BuildPath
 from p2panda_assets.store.ingest import ingest
 from p2panda_assets.store.pipeline_state import pipeline_state
-from p2panda_assets.store.registry import register, table_name_for
+from p2panda_assets.store.registry import register, registered_schemas, table_name_for
 from p2panda_assets.store.tables import Outcome, registry_outcome, stale_cascades
 from p2panda_assets.testing.builder import (
     Author,
@@ -203,6 +204,9 @@ def test_an_increment_takes_its_path_by_size(
         [added] = run_pipeline(spark, conn, session_database)
         expected = reduce_corpus(corpus.pairs, {schema.schema_id})
         assert (whole.path, added.path, added.incremental) == (BuildPath.SPARK, path, True)
+        assert registry_outcome(conn, schema.schema_id).path == path  # other runs see it
+        [row] = registered_schemas(conn)
+        assert result_line(row).endswith(f"  built: {path}")  # `panda materialize`'s line
         assert pg_tables(conn, [schema.schema_id]) == engine_tables(expected)
         assert pg_accounts(conn) == engine_accounts(expected)
         assert pg_deleted(conn, [schema.schema_id]) == engine_deleted(expected, [schema.schema_id])
