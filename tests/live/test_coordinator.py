@@ -30,7 +30,7 @@ def test_the_coordinator_is_the_queued_one_with_the_same_queue(path: str) -> Non
         assert isinstance(coordinator, LiveRunCoordinator)
         assert isinstance(coordinator, QueuedRunCoordinator)  # the daemon dequeues it
         assert "QUEUED_RUN_COORDINATOR" in instance.get_required_daemon_types()
-        assert coordinator.dequeue_interval_seconds == 1
+        assert coordinator.dequeue_interval_seconds == 0.5  # the loop's period (default)
         queue = instance.get_concurrency_config().run_queue_config
         assert queue is not None and queue.max_concurrent_runs == 1
         assert [dict(limit) for limit in queue.tag_concurrency_limits] == [
