@@ -160,7 +160,7 @@ def local_cores(master: str) -> int:
 def driver_memory(master: str) -> str:
     """The driver's heap: P2PANDA_DRIVER_MEMORY, else `HEAP_MIB_PER_LOCAL_CORE` for each
     core a local master runs tasks on, never less than `DRIVER_MEMORY` (512m on 2 cores,
-    2g on 8; the rule the README states)."""
+    2g on 8; the rule docs/operations.md states)."""
     given = os.environ.get(DRIVER_MEMORY_ENV)
     if given:
         return given
