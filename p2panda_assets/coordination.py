@@ -62,8 +62,10 @@ class CheckResult:
 def check(
     conn: psycopg.Connection, schema: str, version: int, version_hash: str | None = None
 ) -> CheckResult:
-    """Where the database stands on `version` of `schema` (a schema id, or a name: the
-    registered name, else the name in the schema's meta message)."""
+    """Rule P-CHECK (docs/semantics.md): where the database stands on `version` of
+    `schema` (a schema id, or a name: the registered name, else the name in the
+    schema's meta message), from its registry row: `present`, `not-present`,
+    `needs-update`, `too-new` or `conflicting`."""
     registered = registered_schemas(conn)
     rows = _named(registered, schema)
     if not rows:
@@ -205,13 +207,14 @@ def _history(conn: psycopg.Connection, row: RegistryRow) -> SchemaHistory | None
 
 
 def _disowned(history: SchemaHistory | None, version: int, version_hash: str | None) -> str | None:
-    """Why the store's schema log does not have the version the application knows."""
+    """Why the store's schema log does not have the version the application knows: the
+    history says it is rejected or dead (`SchemaHistory.version_state`, rule
+    S-STANDING), or it is another entry than the one the application names."""
     if history is None:
         return None
-    if version in history.rejected:
-        return f"version {version} was rejected ({history.rejected[version].reason})"
-    if version in history.dead:
-        return f"version {version} was reverted"
+    refusal = history.version_state(version).refusal()
+    if refusal is not None:
+        return refusal.message
     stored = history.entry_hashes.get(version)
     if version_hash is not None and stored is not None and stored.hex() != version_hash.lower():
         return f"version {version} is entry {stored.hex()}, not {version_hash}"

@@ -27,6 +27,7 @@ from p2panda_assets.defs.partitions import (
     sync_partitions,
 )
 from p2panda_assets.defs.partitions import SCHEMAS as SCHEMAS  # the command line's name for it
+from p2panda_assets.engine.readiness import in_build_order
 from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.home import p2panda_home
 from p2panda_assets.store.database import DATABASE_URL_ENV, connect, database_url, ensure_schema
@@ -201,13 +202,13 @@ def _in_build_order(
     conn: psycopg.Connection, targets: list[str], registered: list[str]
 ) -> list[str]:
     """`targets` and the registered schemas they relate to, upstream first, as the last
-    index step's catalog orders them."""
+    index step's catalog orders them (`readiness.in_build_order`, rule R-ORDER)."""
     from p2panda_assets.store.catalog import stored_catalog
 
     order = stored_catalog(conn).order()
     wanted = _with_upstream(set(targets), order.upstream)
-    ordered = [s for s in order.order if s in wanted]
-    return ordered + sorted(s for s in wanted if s not in ordered and s in registered)
+    buildable = set(order.order)
+    return in_build_order(order, {s for s in wanted if s in buildable or s in registered})
 
 
 def _with_upstream(targets: set[str], upstream: dict[str, tuple[str, ...]]) -> set[str]:

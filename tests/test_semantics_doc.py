@@ -1,13 +1,16 @@
-"""docs/semantics.md stays true: every function it names exists, every test it names
-exists, rule ids are unique, and every rule id the code cites is defined there."""
+"""docs/semantics.md stays true, both ways: every function it names (under `code:` and
+`also:`) exists and cites its rule id in its docstring, every test it names exists, rule
+ids are unique, and every rule id the code cites is defined there."""
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import io
 import re
 import tokenize
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -18,31 +21,139 @@ RULE_ID = re.compile(rf"\b[{AREAS}]-[A-Z][A-Z0-9]+(?:-[A-Z0-9]+)*\b")
 HEADING = re.compile(rf"^### ([{AREAS}]-[A-Z][A-Z0-9]+(?:-[A-Z0-9]+)*):", re.MULTILINE)
 CODE = re.compile(r"^- code: `([\w.]+)`$", re.MULTILINE)
 TESTS = re.compile(r"^- tests: (.+)$", re.MULTILINE)
+# `- also: `module.function` (what it is); kept equal by `test_a`, `test_b``: another
+# implementation of the rule, and the tests that keep it equal to the `code:` function.
+ALSO = re.compile(r"^- also: (.+)$", re.MULTILINE)
+DOTTED = re.compile(r"`(\w+(?:\.\w+)+)`")
+TEST_NAME = re.compile(r"`(test_\w+)`")
 
 
-def rules() -> dict[str, tuple[list[str], list[str]]]:
-    """Rule id -> (functions under `code:`, tests under `tests:`)."""
+class Rule(NamedTuple):
+    code: list[str]  # the function under `code:`
+    tests: list[str]  # the tests under `tests:`
+    also: list[tuple[list[str], list[str]]]  # each `also:` line: (functions, its tests)
+
+    @property
+    def functions(self) -> list[str]:
+        """Every function the rule names, under `code:` and `also:`."""
+        return [*self.code, *(f for functions, _ in self.also for f in functions)]
+
+    @property
+    def all_tests(self) -> list[str]:
+        return [*self.tests, *(t for _, tests in self.also for t in tests)]
+
+
+def rules() -> dict[str, Rule]:
+    """Rule id -> what its section names."""
     text = DOC.read_text(encoding="utf-8")
-    found: dict[str, tuple[list[str], list[str]]] = {}
+    found: dict[str, Rule] = {}
     sections = HEADING.split(text)[1:]
     for rule_id, body in zip(sections[::2], sections[1::2], strict=True):
         tests = [t for line in TESTS.findall(body) for t in re.findall(r"`(\w+)`", line)]
-        found[rule_id] = (CODE.findall(body), tests)
+        also = [(DOTTED.findall(line), TEST_NAME.findall(line)) for line in ALSO.findall(body)]
+        found[rule_id] = Rule(CODE.findall(body), tests, also)
     return found
+
+
+# The functions the doc names that do not cite their rule id in their docstring yet, by
+# the file that holds them: files this change could not edit (issue 48). The list only
+# shrinks: once a docstring cites its id, `test_the_allowlist_only_shrinks` fails until
+# the entry goes. Add nothing here; cite the rule id in the docstring instead.
+NOT_CITING_YET: dict[str, set[tuple[str, str]]] = {
+    "p2panda_assets/pipeline/cascades.py": {
+        ("pipeline.cascades._in_spark", "R-CASCADE-DELETE"),
+    },
+    "p2panda_assets/pipeline/columns.py": {
+        ("pipeline.columns.pg_type", "T-TYPE"),
+    },
+    "p2panda_assets/pipeline/copy.py": {
+        ("pipeline.copy.pg_value", "T-VALUE"),
+    },
+    "p2panda_assets/pipeline/increments.py": {
+        ("pipeline.increments.cascade_increments", "R-CASCADE-DELETE"),
+    },
+    "p2panda_assets/pipeline/local_increments.py": {
+        ("pipeline.local_increments.reduce_locally", "A-ONCE"),
+    },
+    "p2panda_assets/pipeline/reduction.py": {
+        ("pipeline.reduction.reduce_instance_logs", "A-ONCE"),
+    },
+    "p2panda_assets/protocol/cbor.py": {
+        ("protocol.cbor.decode_cbor", "M-CBOR"),
+    },
+    "p2panda_assets/protocol/entry.py": {
+        ("protocol.entry.check_payload", "E-PAYLOAD"),
+        ("protocol.entry.check_signature", "E-SIGNATURE"),
+        ("protocol.entry.decode_entry", "E-LAYOUT"),
+        ("protocol.entry.verify_entry", "E-COMPAT"),
+    },
+    "p2panda_assets/protocol/fieldtypes.py": {
+        ("protocol.fieldtypes.FieldType.parse", "M-TYPE"),
+    },
+    "p2panda_assets/protocol/hashing.py": {
+        ("protocol.hashing.read_hash", "E-HASH"),
+    },
+    "p2panda_assets/protocol/ids.py": {
+        ("protocol.ids.format_schema_id", "S-ID"),
+    },
+    "p2panda_assets/protocol/lipmaa.py": {
+        ("protocol.lipmaa.lipmaa", "E-LIPMAA"),
+    },
+    "p2panda_assets/protocol/log.py": {
+        ("protocol.log._link_rejection", "L-LINK"),
+        ("protocol.log.validate_log", "L-ALGORITHM"),
+        ("protocol.log.validate_log", "L-END"),
+        ("protocol.log.validate_log", "L-FORK"),
+        ("protocol.log.validate_log", "L-PENDING"),
+    },
+    "p2panda_assets/protocol/messages.py": {
+        ("protocol.messages._relation_keys", "M-RELATION"),
+        ("protocol.messages._schema_name", "M-SCHEMA-NAME"),
+        ("protocol.messages.decode_message", "M-SHAPE"),
+    },
+    "p2panda_assets/protocol/varu64.py": {
+        ("protocol.varu64.decode_varu64", "E-VARU64"),
+    },
+    "p2panda_assets/store/registry.py": {
+        ("store.registry.status_rows", "A-COUNTS"),
+        ("store.registry.table_name_for", "T-NAME"),
+    },
+    "p2panda_assets/store/tables.py": {
+        ("store.tables.swap_schemas", "T-SWAP"),
+    },
+}
 
 
 def resolve(dotted: str) -> object:
     """`module.function` (or `module.Class.method`) under `p2panda_assets`."""
+    return _resolve(dotted)[1]
+
+
+def _resolve(dotted: str) -> tuple[str, object]:
+    """(the file of the module that holds it, relative to the repository; the object)."""
     parts = dotted.split(".")
     for cut in range(len(parts) - 1, 0, -1):
         try:
-            target: object = importlib.import_module("p2panda_assets." + ".".join(parts[:cut]))
+            module = importlib.import_module("p2panda_assets." + ".".join(parts[:cut]))
         except ModuleNotFoundError:
             continue
+        target: object = module
         for name in parts[cut:]:
             target = getattr(target, name)
-        return target
+        path = Path(inspect.getfile(module)).resolve().relative_to(ROOT)
+        return str(path), target
     raise ModuleNotFoundError(dotted)
+
+
+def named_functions() -> list[tuple[str, str]]:
+    """(rule id, function) for every function the doc names, under `code:` and `also:`."""
+    return [(rule_id, f) for rule_id, rule in rules().items() for f in rule.functions]
+
+
+def cites(dotted: str, rule_id: str) -> bool:
+    """Whether the docstring of `dotted` cites `rule_id` (a property's: its getter's)."""
+    doc = getattr(resolve(dotted), "__doc__", None) or ""
+    return rule_id in RULE_ID.findall(doc)
 
 
 def python_files() -> list[Path]:
@@ -64,15 +175,46 @@ def test_rule_ids_are_unique_and_follow_the_scheme() -> None:
 
 
 def test_every_rule_names_one_function_and_its_tests() -> None:
-    for rule_id, (functions, tests) in rules().items():
-        assert len(functions) == 1, f"{rule_id} names {len(functions)} functions"
-        assert tests, f"{rule_id} names no test"
+    for rule_id, rule in rules().items():
+        assert len(rule.code) == 1, f"{rule_id} names {len(rule.code)} functions"
+        assert rule.tests, f"{rule_id} names no test"
+
+
+def test_every_also_line_names_an_implementation_and_the_tests_that_keep_it_equal() -> None:
+    for rule_id, rule in rules().items():
+        for functions, tests in rule.also:
+            assert functions, f"{rule_id}: an `also:` line names no function"
+            assert tests, f"{rule_id}: an `also:` line names no test keeping {functions} equal"
+            assert not set(functions) & set(rule.code), f"{rule_id}: `also:` repeats `code:`"
 
 
 @pytest.mark.parametrize("rule_id", sorted(rules()))
 def test_the_function_a_rule_names_exists(rule_id: str) -> None:
-    for dotted in rules()[rule_id][0]:
+    for dotted in rules()[rule_id].functions:
         assert callable(resolve(dotted)) or isinstance(resolve(dotted), property), dotted
+
+
+def test_every_function_the_doc_names_cites_its_rule_id() -> None:
+    allowed = {entry for entries in NOT_CITING_YET.values() for entry in entries}
+    silent = sorted(
+        (_resolve(dotted)[0], dotted, rule_id)
+        for rule_id, dotted in named_functions()
+        if (dotted, rule_id) not in allowed and not cites(dotted, rule_id)
+    )
+    assert silent == [], "cite the rule id in these docstrings"
+
+
+def test_the_allowlist_only_shrinks() -> None:
+    """Every entry of `NOT_CITING_YET` is a function the doc names for that rule, in the
+    file it is listed under, that does not cite the id yet: a stale entry fails."""
+    named = set(named_functions())
+    stale = sorted(
+        (path, dotted, rule_id)
+        for path, entries in NOT_CITING_YET.items()
+        for dotted, rule_id in entries
+        if (rule_id, dotted) not in named or _resolve(dotted)[0] != path or cites(dotted, rule_id)
+    )
+    assert stale == []
 
 
 def test_every_test_the_doc_names_exists() -> None:
@@ -81,8 +223,8 @@ def test_every_test_the_doc_names_exists() -> None:
         defined.update(re.findall(r"^\s*def (test_\w+)", path.read_text(encoding="utf-8"), re.M))
     missing = {
         (rule_id, test)
-        for rule_id, (_, tests) in rules().items()
-        for test in tests
+        for rule_id, rule in rules().items()
+        for test in rule.all_tests
         if test not in defined
     }
     assert sorted(missing) == []

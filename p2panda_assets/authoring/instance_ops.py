@@ -23,8 +23,8 @@ from p2panda_assets.authoring.values import (
     raw_from_text,
     raw_without_type,
 )
-from p2panda_assets.engine.instances import refuse_dead_version
 from p2panda_assets.engine.lens import FieldSpec, Lens
+from p2panda_assets.engine.schema_log import VersionState
 from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.protocol.hashing import is_hash
 from p2panda_assets.protocol.messages import Create, Delete, FieldValue, Update
@@ -120,8 +120,11 @@ def delete_instance(
 
 
 def pick_version(schema: Schema, version: int | None, *, for_delete: bool = False) -> int:
-    """The version a message names: the given one, checked where the history is known,
-    or the latest known. Deletes may name a dead version (they apply regardless)."""
+    """The version a message names: the given one, checked where the history is known
+    (`SchemaHistory.version_state`, rule S-STANDING: an unknown version is
+    `awaiting-version`, a rejected one `rejected-version`, a dead one
+    `reverted-version`), or the latest known. Deletes may name a dead version (they
+    apply regardless, rule I-DEAD)."""
     history = schema.history
     if version is not None and version < 1:
         raise P2pandaError(Reason.BAD_VALUE, "a schema version is a seq num, >= 1")
@@ -137,23 +140,21 @@ def pick_version(schema: Schema, version: int | None, *, for_delete: bool = Fals
         if schema.latest is None:
             raise P2pandaError(Reason.AWAITING_VERSION, f"{schema.label} has no valid version")
         return schema.latest
-    if version in history.rejected:
-        rejection = history.rejected[version]
-        raise P2pandaError(
-            Reason.REJECTED_VERSION,
-            f"version {version} of {schema.label} was rejected ({rejection.reason})",
-        )
-    if version not in history.versions:
+    standing = history.version_state(version)
+    if standing.state is VersionState.UNKNOWN:
         raise P2pandaError(
             Reason.AWAITING_VERSION, f"{schema.label} has no version {version} (yet)"
         )
-    refuse_dead_version(history, version, is_delete=for_delete, label=schema.label)
+    refusal = standing.refusal(f" of {schema.label}", is_delete=for_delete)
+    if refusal is not None:
+        raise P2pandaError(refusal.reason, refusal.message)
     return version
 
 
 def field_values(inputs: FieldInput, lens: Lens | None, version: int) -> dict[str, FieldValue]:
-    """The raw values of a create or update, typed by the lens when it is known and
-    checked against it (unknown field, value type, validation)."""
+    """Rule P-REFUSE (docs/semantics.md): the raw values of a create or update, typed by
+    the lens when it is known and checked against it as the engine will (unknown field,
+    value type, validation), so nothing is published only to be rejected."""
     values: dict[str, FieldValue] = {}
     for name, data in inputs.data.items():
         if lens is None:
@@ -185,9 +186,10 @@ def parse_instance_id(text: str) -> bytes:
 
 
 def _lens(schema: Schema, version: int) -> Lens | None:
+    """The lens of `version` (picked: valid), None where the history is not known."""
     if schema.history is None:
         return None
-    return schema.history.versions[version].lens
+    return schema.history.version_state(version).lens
 
 
 def _spec(lens: Lens, name: str, version: int) -> FieldSpec:

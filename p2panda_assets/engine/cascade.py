@@ -31,7 +31,10 @@ def apply_cascades(
     deleted_upstream: dict[str, set[bytes]],
     hash_index: HashIndex,
 ) -> set[bytes]:
-    """Mark cascade-deleted instances in place; return every deleted instance id."""
+    """Rule R-CASCADE-DELETE (docs/semantics.md): mark cascade-deleted instances in
+    place, to a fixpoint for a schema relating to itself; return every deleted
+    instance id. The pipeline settles the same rule in `pipeline.increments` and
+    `pipeline.cascades` (the doc's `also:` line names them and their parity tests)."""
     deleted = {i.id for i in instances.values() if i.deleted_by is not None}
     cascades = cascade_fields(history.lens, hash_index)
     if not cascades:

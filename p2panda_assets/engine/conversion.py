@@ -270,7 +270,8 @@ SCALAR_RULES: dict[tuple[BaseType, BaseType], Rule] = {
 
 
 def convert(value: Value, source: FieldType, target: FieldType) -> Value:
-    """`value` (canonical at `source`) at `target`, or `ConversionFailed`.
+    """`value` (canonical at `source`) at `target`, or `ConversionFailed` (rule C-ARRAY,
+    docs/semantics.md).
 
     Null stays null. A scalar to an array converts it and wraps it in a one-element
     array; an array to a scalar converts only a one-element array (its element);
@@ -291,7 +292,8 @@ def convert(value: Value, source: FieldType, target: FieldType) -> Value:
 
 
 def convert_scalar(value: Scalar, source: BaseType, target: BaseType) -> Scalar:
-    """One non-null value through the table; a pair the table lacks fails."""
+    """Rule C-CONVERT (docs/semantics.md): one non-null value through the table; a pair
+    the table lacks fails."""
     rule = SCALAR_RULES.get((source, target))
     if rule is None:
         raise ConversionFailed(f"{source} does not convert to {target}")

@@ -33,7 +33,7 @@ from p2panda_assets.engine.instances import (
 )
 from p2panda_assets.engine.lens import Lens, Value
 from p2panda_assets.engine.relations import BuildOrder, HashIndex, build_order
-from p2panda_assets.engine.schema_log import SchemaHistory, fold_schema_log
+from p2panda_assets.engine.schema_log import SchemaHistory, VersionState, fold_schema_log
 from p2panda_assets.errors import P2pandaError, Pending, Reason, Rejection
 from p2panda_assets.protocol.entry import Entry, decode_entry, verify_entry
 from p2panda_assets.protocol.hashing import DEFAULT_ALGORITHM
@@ -253,7 +253,11 @@ class Catalog:
         return cls(histories, hash_index, registered)
 
     def resolve(self, ref: VersionedSchema) -> Resolved | Pending | Rejection:
-        """The schema version a message names, or why it must wait (or is rejected)."""
+        """Rule I-PENDING-1 (docs/semantics.md): the schema version a message names, or
+        why it must wait (a schema or version not known, a schema not registered) or is
+        rejected (a rejected version). What the version is, is the history's answer
+        (`SchemaHistory.version_state`); a dead version resolves, and the message is
+        refused after the log's schema is checked (`instances.refuse_dead_version`)."""
         if isinstance(ref, SchemaHashRef):
             found = self.hash_index.get(ref.hash)
             if found is None:
@@ -268,19 +272,22 @@ class Catalog:
             return Pending(Reason.AWAITING_SCHEMA, f"schema {schema_id} is not known")
         if self.registered is not None and schema_id not in self.registered:
             return Pending(Reason.AWAITING_SCHEMA, f"schema {schema_id} is not registered")
-        if version in history.versions:
-            return Resolved(history, version)
-        if version in history.rejected:
-            why = history.rejected[version].reason
-            return Rejection(
-                Reason.REJECTED_VERSION, f"version {version} of {schema_id} was rejected ({why})"
+        standing = history.version_state(version)
+        if standing.state is VersionState.UNKNOWN:
+            return Pending(
+                Reason.AWAITING_VERSION, f"version {version} of {schema_id} is not known"
             )
-        return Pending(Reason.AWAITING_VERSION, f"version {version} of {schema_id} is not known")
+        if standing.state is VersionState.REJECTED:
+            refusal = standing.refusal(f" of {schema_id}")
+            assert refusal is not None
+            return refusal
+        return Resolved(history, version)
 
     def assign(self, summaries: dict[LogKey, LogSummary]) -> Assignment:
         """Give each instance log the schema its first schema-naming message names. An
-        author's second log of one schema is rejected whole (`duplicate-log`): the
-        lowest log id keeps it, whatever the arrival order."""
+        author's second log of one schema is rejected whole (`duplicate-log`, rule
+        I-ONE-LOG, docs/semantics.md): the lowest log id keeps it, whatever the arrival
+        order."""
         assignment = Assignment()
         taken: set[tuple[bytes, str]] = set()
         for key in sorted(summaries):
@@ -364,8 +371,9 @@ def applied_if_live(instance: Instance, lens: Lens) -> set[bytes]:
 
 
 def instance_accounts(instance: Instance, lens: Lens, schema_id: str) -> Accounts:
-    """Messages that shape a live instance are applied; the rest (and everything of a
-    deleted instance) is superseded (`message_state`)."""
+    """Rule A-SHAPING (docs/semantics.md): messages that shape a live instance are
+    applied; the rest (and everything of a deleted instance) is superseded
+    (`message_state`)."""
     live = instance.deleted_by is None
     shaping = applied_if_live(instance, lens) if live else set()
     return {
@@ -395,8 +403,9 @@ def reduction_accounts(reduction: LogReduction, schema_id: str) -> Accounts:
 
 
 def pending_accounts(log: ChainedLog, why: Pending, schema_id: str | None) -> Accounts:
-    """A log whose schema cannot be built yet: its entries wait (or, if they do not even
-    decode as instance messages, are rejected now)."""
+    """Rule A-PENDING (docs/semantics.md): a log whose schema cannot be built yet: its
+    entries wait (or, if they do not even decode as instance messages, are rejected
+    now)."""
     accounts: Accounts = {}
     for _, entry_hash, message in log.items:
         if isinstance(message, P2pandaError):
@@ -436,6 +445,8 @@ class Row:
 
 
 def row_of(instance: Instance, lens: Lens) -> Row:
+    """An instance seen through the current lens (rule S-LENS, docs/semantics.md): the
+    system columns, then one value per field of the lens (rule T-ROW)."""
     return Row(
         instance.id,
         instance.author,
@@ -459,6 +470,7 @@ class Table:
 
     @property
     def dropped(self) -> bool:
+        """Rule S-DROP (docs/semantics.md): a lens with no field left has no table."""
         return not self.history.lens
 
 
@@ -508,7 +520,8 @@ class Corpus:
 def reduce_corpus(
     pairs: Iterable[tuple[bytes, bytes | None]], registered: set[str] | None = None
 ) -> Corpus:
-    """Reduce every (entry, payload) pair, stage by stage, in this process."""
+    """Reduce every (entry, payload) pair, stage by stage, in this process; every
+    distinct entry ends with exactly one account (rule A-ONCE, docs/semantics.md)."""
     corpus = Corpus()
     verified, log_of = _check_all(pairs, corpus)
     by_log: dict[LogKey, list[tuple[Entry, bytes]]] = defaultdict(list)

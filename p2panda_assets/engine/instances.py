@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from p2panda_assets.engine.lens import Lens, Value
 from p2panda_assets.engine.migrate import migrate_values
-from p2panda_assets.engine.schema_log import SchemaHistory
+from p2panda_assets.engine.schema_log import SchemaHistory, VersionState
 from p2panda_assets.engine.validation import validates
 from p2panda_assets.engine.values import interpret
 from p2panda_assets.errors import P2pandaError, Pending, Reason, Rejection
@@ -104,8 +104,9 @@ def reduce_log(
 ) -> LogReduction:
     """Reduce the accepted entries (in seq order) of the log (author, log_id) of `history`.
 
-    A pending message holds back only the later messages of its own instance (see the
-    module docstring); a delete is never held back."""
+    A pending message holds back only the later messages of its own instance (rule
+    I-PENDING-2, docs/semantics.md; see the module docstring); a delete is never held
+    back."""
     reduction = LogReduction()
     holds: dict[bytes, _Hold] = {}  # instance id -> what holds it back
     log = (author, log_id)
@@ -182,10 +183,11 @@ def _delete(
     owner_of: OwnerLookup,
     hold: _Hold | None,
 ) -> None:
-    """Apply a delete, whatever is pending for its instance: the messages held for it
-    are superseded. An instance whose create is held exists from now on only as deleted
-    (so its id is in the deleted set that cascades read, and later messages naming it
-    are rejected as they will be once its create applies)."""
+    """Apply a delete, whatever is pending for its instance (rule I-PENDING-3,
+    docs/semantics.md): the messages held for it are superseded. An instance whose
+    create is held exists from now on only as deleted (so its id is in the deleted set
+    that cascades read, and later messages naming it are rejected as they will be once
+    its create applies)."""
     _version_of(message, history, resolve)
     own_create = None
     if hold is not None and hold.create is not None:
@@ -228,18 +230,20 @@ def _version_of(message: InstanceMessage, history: SchemaHistory, resolve: Resol
     return resolved.version
 
 
-def refuse_dead_version(
-    history: SchemaHistory, version: int, *, is_delete: bool, label: str | None = None
-) -> None:
+def refuse_dead_version(history: SchemaHistory, version: int, *, is_delete: bool) -> None:
     """Rule I-DEAD (docs/semantics.md): a create or update that names a version a revert
     made dead is rejected (`reverted-version`); a delete applies whatever version it
-    names. Authoring calls this too, to refuse such a message before publishing it."""
-    if version in history.dead and not is_delete:
-        of = "" if label is None else f" of {label}"
-        raise P2pandaError(Reason.REVERTED_VERSION, f"version {version}{of} was reverted")
+    names. Authoring refuses such a message before publishing it by the same answer
+    (`SchemaHistory.version_state`)."""
+    standing = history.version_state(version)
+    if standing.state is VersionState.DEAD:
+        refusal = standing.refusal(is_delete=is_delete)
+        if refusal is not None:
+            raise P2pandaError(refusal.reason, refusal.message)
 
 
 def _same_schema(schema_id: str, history: SchemaHistory) -> None:
+    """Rule I-MIXED-LOG (docs/semantics.md): a message names its log's schema."""
     if schema_id != history.schema_id:
         raise P2pandaError(
             Reason.MIXED_LOG, f"log holds {history.schema_id}, message names {schema_id}"
@@ -249,7 +253,8 @@ def _same_schema(schema_id: str, history: SchemaHistory) -> None:
 def typed_values(
     fields: Iterable[tuple[str, object]], lens: Lens, version: int
 ) -> dict[str, Value]:
-    """A message's values at the version it names, strictly: unknown fields, values that
+    """Rule I-STRICT (docs/semantics.md): a message's values at the version it names,
+    strictly: unknown fields, values that
     do not fit the type and values that fail validation reject the message. (Authoring
     calls this too, to refuse what the engine would reject before publishing it.)"""
     values: dict[str, Value] = {}
@@ -278,6 +283,8 @@ def _create(
     seq: int,
     entry_hash: bytes,
 ) -> Instance:
+    """Rule I-CREATE (docs/semantics.md): the instance a create makes, its id its entry
+    hash."""
     assert version is not None
     values = typed_values(message.fields, history.versions[version].lens, version)
     for name, spec in history.versions[version].lens.items():
@@ -320,7 +327,9 @@ def _update(
 def _target(
     reduction: LogReduction, log: tuple[bytes, int], instance_id: bytes, owner_of: OwnerLookup
 ) -> Instance:
-    """The instance an update or delete names, if this log may change it."""
+    """The instance an update or delete names, if this log may change it: only its
+    author, in the log of its create (rule I-NOT-AUTHOR, docs/semantics.md), and only
+    while it is live (rule I-GONE)."""
     instance = reduction.instances.get(instance_id)
     if instance is None:
         owner = owner_of(instance_id)

@@ -17,7 +17,9 @@ from p2panda_assets.engine.validation import validates
 def migrate_values(
     values: dict[str, Value], version: int, history: SchemaHistory, *, is_create: bool
 ) -> tuple[dict[str, Value], set[str]]:
-    """Migrate `values` (written at `version`) to the latest version.
+    """Migrate `values` (written at `version`) to the latest version, through every
+    later alive migration (rule I-FORWARD, docs/semantics.md); a create gets the
+    defaults of the fields created since (rule S-DEFAULT-1).
 
     Returns the migrated values and the names of the fields whose value fell back to
     the default on the way (the measure of how lossy the migrations were)."""
@@ -45,8 +47,8 @@ def migrate_values(
 
 
 def convert_field(value: Value, old: FieldSpec, new: FieldSpec) -> tuple[Value, bool]:
-    """A value across an `update` of its field: converted and validated, else the
-    default. Returns (value, whether it fell back)."""
+    """Rule C-FALLBACK (docs/semantics.md): a value across an `update` of its field:
+    converted and validated, else the default. Returns (value, whether it fell back)."""
     try:
         converted = convert(value, old.type, new.type)
     except ConversionFailed:

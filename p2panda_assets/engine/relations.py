@@ -52,7 +52,8 @@ def upstream_of(history: SchemaHistory, hash_index: HashIndex) -> tuple[set[str]
 def build_order(
     histories: dict[str, SchemaHistory], registered: set[str] | None, hash_index: HashIndex
 ) -> BuildOrder:
-    """Order the buildable (registered) schemas upstream first; say why the rest wait."""
+    """Rule R-ORDER (docs/semantics.md): order the buildable (registered) schemas
+    upstream first; say why the rest wait."""
     result = BuildOrder()
     wanted = sorted(histories if registered is None else set(histories) & registered)
     deps: dict[str, set[str]] = {}
@@ -97,7 +98,8 @@ def build_order(
 
 
 def _cycles(deps: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of two or more schemas (Tarjan), each sorted."""
+    """Rule R-CYCLE (docs/semantics.md): strongly connected components of two or more
+    schemas (Tarjan), each sorted."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from p2panda_assets.engine.conversion import ConversionFailed, convert_raw
 from p2panda_assets.engine.lens import EMPTY_LENS, FieldSpec, Lens, lens_from
@@ -49,6 +50,46 @@ class SchemaVersion:
         return self.message if isinstance(self.message, SchemaMigration) else None
 
 
+class VersionState(StrEnum):
+    """What version v of a schema is (rule S-STANDING, docs/semantics.md)."""
+
+    ALIVE = "alive"  # a valid version no revert cut out
+    DEAD = "dead"  # a valid version a revert cut out (rule S-REVERT-1)
+    REJECTED = "rejected"  # its entry was invalid, or came after one (rule S-FREEZE)
+    UNKNOWN = "unknown"  # no entry at that seq num has arrived (yet)
+
+
+@dataclass(frozen=True, slots=True)
+class VersionStanding:
+    """Version `seq` of a schema, as `SchemaHistory.version_state` answers (rule
+    S-STANDING): its state, and what the callers need of it."""
+
+    seq: int
+    state: VersionState
+    version: SchemaVersion | None = None  # alive or dead: the version, with its lens
+    rejection: Rejection | None = None  # rejected: why its entry was
+
+    @property
+    def lens(self) -> Lens | None:
+        """The lens of the version (alive or dead); None if it has none."""
+        return None if self.version is None else self.version.lens
+
+    def refusal(self, of: str = "", *, is_delete: bool = False) -> Rejection | None:
+        """Why a message naming this version is rejected for good, or None: a rejected
+        version (`rejected-version`, rule I-PENDING-1), or a dead one unless the message
+        is a delete (`reverted-version`, rule I-DEAD). An unknown version is no refusal:
+        it is waited for. `of`: the schema as the message should say it (" of <name>")."""
+        if self.state is VersionState.REJECTED:
+            assert self.rejection is not None
+            why = self.rejection.reason
+            return Rejection(
+                Reason.REJECTED_VERSION, f"version {self.seq}{of} was rejected ({why})"
+            )
+        if self.state is VersionState.DEAD and not is_delete:
+            return Rejection(Reason.REVERTED_VERSION, f"version {self.seq}{of} was reverted")
+        return None
+
+
 @dataclass(slots=True)
 class SchemaHistory:
     """A schema log folded: its valid versions, the dead ones, and what was rejected."""
@@ -78,6 +119,21 @@ class SchemaHistory:
         latest = self.latest
         return None if latest is None or latest.meta is None else latest.meta.name
 
+    def version_state(self, seq: int) -> VersionStanding:
+        """Rule S-STANDING (docs/semantics.md): what version `seq` of this schema is,
+        alive, dead (a revert cut it out), rejected (with why) or unknown (not arrived),
+        and the version itself where it is valid. The one place this is decided: the
+        engine's resolver (`corpus.Catalog.resolve`), authoring (`instance_ops`) and
+        `coordination.check` ask it."""
+        version = self.versions.get(seq)
+        if version is not None:
+            state = VersionState.DEAD if seq in self.dead else VersionState.ALIVE
+            return VersionStanding(seq, state, version=version)
+        rejection = self.rejected.get(seq)
+        if rejection is not None:
+            return VersionStanding(seq, VersionState.REJECTED, rejection=rejection)
+        return VersionStanding(seq, VersionState.UNKNOWN)
+
     def alive_after(self, version: int) -> Iterator[SchemaVersion]:
         """The alive versions after `version`, in order: the path a message migrates on."""
         for seq in sorted(self.versions):
@@ -90,7 +146,9 @@ SchemaLogItem = tuple[int, bytes, Message | P2pandaError]
 
 
 def fold_schema_log(author: bytes, log_id: int, items: Iterable[SchemaLogItem]) -> SchemaHistory:
-    """Fold the accepted entries of a schema log, in seq order, into its history."""
+    """Fold the accepted entries of a schema log, in seq order, into its history: each
+    entry a version, each version a lens (rule S-VERSION, docs/semantics.md); the
+    first invalid entry freezes it (rule S-FREEZE)."""
     history = SchemaHistory(author, log_id)
     lens: Lens = EMPTY_LENS
     meta: SchemaMeta | None = None
@@ -119,6 +177,9 @@ def _fold_one(
     lens: Lens,
     meta: SchemaMeta | None,
 ) -> SchemaVersion:
+    """The version one entry makes; a revert restores its target and kills the versions
+    between (rule S-REVERT-1, docs/semantics.md), and targets an earlier valid version
+    (rule S-REVERT-3)."""
     if isinstance(message, P2pandaError):
         raise message
     if not is_schema_message(message):
@@ -143,7 +204,8 @@ def _fold_one(
 
 
 def _revert_is_ignored(history: SchemaHistory, target: int, seq: int) -> bool:
-    """A revert to t at r is ignored if a revert between t and r targets a version before t."""
+    """Rule S-REVERT-2 (docs/semantics.md): a revert to t at r is ignored if a revert
+    between t and r targets a version before t."""
     return any(
         isinstance(message := history.versions[s].message, SchemaRevert) and message.target < target
         for s in range(target + 1, seq)
@@ -151,8 +213,9 @@ def _revert_is_ignored(history: SchemaHistory, target: int, seq: int) -> bool:
 
 
 def apply_migration(lens: Lens, migration: SchemaMigration, seq: int) -> Lens:
-    """The lens after `migration`, or `P2pandaError` with why the migration is invalid.
-    Names are compared exactly (case-sensitive: `a` and `A` are two fields)."""
+    """The lens after `migration` (rule S-MIGRATE, docs/semantics.md), or `P2pandaError`
+    with why the migration is invalid (rule S-INVALID). Names are compared exactly
+    (rule M-CASE: `a` and `A` are two fields)."""
     names = [check_field_name(change.name, "field") for change in migration.fields]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
@@ -172,7 +235,8 @@ def apply_migration(lens: Lens, migration: SchemaMigration, seq: int) -> Lens:
 
 def field_spec(change: FieldChange, seq: int, previous: FieldSpec | None) -> FieldSpec:
     """The field a create or update change describes. An update describes the whole
-    field anew (type, validation, relation), keeping only its incarnation."""
+    field anew (type, validation, relation), keeping only its incarnation. Its default
+    converts and validates itself (rule S-DEFAULT-2, docs/semantics.md)."""
     assert change.type is not None
     validation = None
     if change.validation is not None:

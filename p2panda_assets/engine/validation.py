@@ -62,7 +62,8 @@ class Validation:
 
 
 def compile_validation(pattern: str) -> Validation:
-    """Compile an author's pattern, or raise `P2pandaError(bad-validation)`.
+    """Compile an author's pattern, or raise `P2pandaError(bad-validation)` (rule S-RE2,
+    docs/semantics.md).
 
     RE2 itself rejects what it cannot run in linear time and bounded memory:
     backreferences and look-around, repetition counts above 1000, and programs larger
@@ -92,7 +93,8 @@ def _describe(error: Exception) -> str:
 
 
 def validates(value: Value, ftype: FieldType, validation: Validation | None) -> bool:
-    """Whether a canonical value passes its field's validation (None: no validation)."""
+    """Rule C-VALIDATE (docs/semantics.md): whether a canonical value passes its field's
+    validation (None: no validation)."""
     if validation is None or value is None or ftype.base not in VALIDATED_BASES:
         return True
     if ftype.is_array:

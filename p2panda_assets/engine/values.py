@@ -92,7 +92,8 @@ def parse_timestamp_text(text: str) -> datetime:
 
 
 def interpret(raw: object, ftype: FieldType) -> Value:
-    """The canonical value of `raw` (as decoded from a message) at `ftype`.
+    """The canonical value of `raw` (as decoded from a message) at `ftype` (rule
+    M-VALUE, docs/semantics.md).
 
     Strict: anything that does not fit raises `P2pandaError(invalid-value)`, because a
     value invalid at the version it names rejects the message (rule I-STRICT).

@@ -28,7 +28,7 @@ from p2panda_assets.engine.compatibility import history_compatibility
 from p2panda_assets.engine.corpus import (
     Catalog,
 )
-from p2panda_assets.engine.readiness import other_upstream, unbuilt_upstream
+from p2panda_assets.engine.readiness import in_build_order, other_upstream, unbuilt_upstream
 from p2panda_assets.engine.relations import BuildOrder
 from p2panda_assets.errors import Pending, Reason
 from p2panda_assets.failpoints import Failpoint, failpoint
@@ -69,10 +69,9 @@ from p2panda_assets.store.tables import BuildState, Outcome
 
 
 def ordered(schema_ids: Sequence[str], order: BuildOrder) -> list[str]:
-    """`schema_ids` upstream first; those outside the build order after them."""
-    wanted = set(schema_ids)
-    first = [s for s in order.order if s in wanted]
-    return first + sorted(wanted - set(first))
+    """`schema_ids`, once each, upstream first; those outside the build order after
+    them (`readiness.in_build_order`, rule R-ORDER)."""
+    return in_build_order(order, set(schema_ids))
 
 
 def materialize_schemas(
