@@ -55,75 +55,6 @@ def rules() -> dict[str, Rule]:
     return found
 
 
-# The functions the doc names that do not cite their rule id in their docstring yet, by
-# the file that holds them: files this change could not edit (issue 48). The list only
-# shrinks: once a docstring cites its id, `test_the_allowlist_only_shrinks` fails until
-# the entry goes. Add nothing here; cite the rule id in the docstring instead.
-NOT_CITING_YET: dict[str, set[tuple[str, str]]] = {
-    "p2panda_assets/pipeline/cascades.py": {
-        ("pipeline.cascades._in_spark", "R-CASCADE-DELETE"),
-    },
-    "p2panda_assets/pipeline/columns.py": {
-        ("pipeline.columns.pg_type", "T-TYPE"),
-    },
-    "p2panda_assets/pipeline/copy.py": {
-        ("pipeline.copy.pg_value", "T-VALUE"),
-    },
-    "p2panda_assets/pipeline/increments.py": {
-        ("pipeline.increments.cascade_increments", "R-CASCADE-DELETE"),
-    },
-    "p2panda_assets/pipeline/local_increments.py": {
-        ("pipeline.local_increments.reduce_locally", "A-ONCE"),
-    },
-    "p2panda_assets/pipeline/reduction.py": {
-        ("pipeline.reduction.reduce_instance_logs", "A-ONCE"),
-    },
-    "p2panda_assets/protocol/cbor.py": {
-        ("protocol.cbor.decode_cbor", "M-CBOR"),
-    },
-    "p2panda_assets/protocol/entry.py": {
-        ("protocol.entry.check_payload", "E-PAYLOAD"),
-        ("protocol.entry.check_signature", "E-SIGNATURE"),
-        ("protocol.entry.decode_entry", "E-LAYOUT"),
-        ("protocol.entry.verify_entry", "E-COMPAT"),
-    },
-    "p2panda_assets/protocol/fieldtypes.py": {
-        ("protocol.fieldtypes.FieldType.parse", "M-TYPE"),
-    },
-    "p2panda_assets/protocol/hashing.py": {
-        ("protocol.hashing.read_hash", "E-HASH"),
-    },
-    "p2panda_assets/protocol/ids.py": {
-        ("protocol.ids.format_schema_id", "S-ID"),
-    },
-    "p2panda_assets/protocol/lipmaa.py": {
-        ("protocol.lipmaa.lipmaa", "E-LIPMAA"),
-    },
-    "p2panda_assets/protocol/log.py": {
-        ("protocol.log._link_rejection", "L-LINK"),
-        ("protocol.log.validate_log", "L-ALGORITHM"),
-        ("protocol.log.validate_log", "L-END"),
-        ("protocol.log.validate_log", "L-FORK"),
-        ("protocol.log.validate_log", "L-PENDING"),
-    },
-    "p2panda_assets/protocol/messages.py": {
-        ("protocol.messages._relation_keys", "M-RELATION"),
-        ("protocol.messages._schema_name", "M-SCHEMA-NAME"),
-        ("protocol.messages.decode_message", "M-SHAPE"),
-    },
-    "p2panda_assets/protocol/varu64.py": {
-        ("protocol.varu64.decode_varu64", "E-VARU64"),
-    },
-    "p2panda_assets/store/registry.py": {
-        ("store.registry.status_rows", "A-COUNTS"),
-        ("store.registry.table_name_for", "T-NAME"),
-    },
-    "p2panda_assets/store/tables.py": {
-        ("store.tables.swap_schemas", "T-SWAP"),
-    },
-}
-
-
 def resolve(dotted: str) -> object:
     """`module.function` (or `module.Class.method`) under `p2panda_assets`."""
     return _resolve(dotted)[1]
@@ -195,26 +126,12 @@ def test_the_function_a_rule_names_exists(rule_id: str) -> None:
 
 
 def test_every_function_the_doc_names_cites_its_rule_id() -> None:
-    allowed = {entry for entries in NOT_CITING_YET.values() for entry in entries}
     silent = sorted(
         (_resolve(dotted)[0], dotted, rule_id)
         for rule_id, dotted in named_functions()
-        if (dotted, rule_id) not in allowed and not cites(dotted, rule_id)
+        if not cites(dotted, rule_id)
     )
     assert silent == [], "cite the rule id in these docstrings"
-
-
-def test_the_allowlist_only_shrinks() -> None:
-    """Every entry of `NOT_CITING_YET` is a function the doc names for that rule, in the
-    file it is listed under, that does not cite the id yet: a stale entry fails."""
-    named = set(named_functions())
-    stale = sorted(
-        (path, dotted, rule_id)
-        for path, entries in NOT_CITING_YET.items()
-        for dotted, rule_id in entries
-        if (rule_id, dotted) not in named or _resolve(dotted)[0] != path or cites(dotted, rule_id)
-    )
-    assert stale == []
 
 
 def test_every_test_the_doc_names_exists() -> None:

@@ -131,7 +131,7 @@ def _in_spark(
     The rounds are semi-naive: each joins the references with the instances the round
     before found, not with every deleted one, and the set grows as a union of the rounds'
     checkpoints, not by checkpointing the union again (a Spark job a round: 0.77 s at
-    1M entries, bench/pipeline.py --spark-events)."""
+    1M entries, bench/pipeline.py --spark-events). Rule R-CASCADE-DELETE (docs/semantics.md)."""
     deleted = instances.filter("deleted").select("schema", "hash")
     refs = (
         instances.select(

@@ -39,6 +39,8 @@ SPARK_TYPES: dict[BaseType, T.DataType] = {
 
 
 def pg_type(ftype: FieldType) -> str:
+    """The column type of a field type (`PG_TYPES`; arrays are arrays). Rule T-TYPE
+    (docs/semantics.md)."""
     base = PG_TYPES[ftype.base]
     return f"{base}[]" if ftype.is_array else base
 

@@ -89,7 +89,8 @@ def copy_type(column_type: str) -> str:
 
 
 def pg_value(value: object) -> object:
-    """An engine value as psycopg dumps it: arrays are lists (tuples are not adapted)."""
+    """An engine value as psycopg dumps it: arrays are lists (tuples are not adapted).
+    Rule T-VALUE (docs/semantics.md)."""
     if isinstance(value, tuple):
         return list(value)
     return value

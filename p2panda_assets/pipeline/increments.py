@@ -380,7 +380,8 @@ def cascade_increments(
     message, or a cascade field pointing at a deleted instance (of a schema built
     before, `stored`; or of this increment: its stored set, less what was reduced
     again, plus what is deleted now). Also the schemas where an instance stored as
-    deleted is not any more: those must be built whole."""
+    deleted is not any more: those must be built whole.
+    Rule R-CASCADE-DELETE (docs/semantics.md)."""
     deleted_now: dict[str, set[bytes]] = {}
     revived: set[str] = set()
 

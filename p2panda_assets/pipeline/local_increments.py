@@ -82,7 +82,8 @@ def touched_locally(
 def reduce_locally(catalog: Catalog, items: list[Row], layers: Sequence[str]) -> list[Row]:
     """`reduction.reduce_instance_logs` of `items` (incremental): every log reduced by
     `reduce_rows` without owner rows, and the logs that looked an owner up reduced again
-    with the owners of what they looked up, found among the creates of `layers`."""
+    with the owners of what they looked up, found among the creates of `layers`.
+    Rule A-ONCE (docs/semantics.md)."""
     for item in items:
         item["owner_author"] = item["owner_log"] = None
     logs = _logs(items)

@@ -258,7 +258,7 @@ def reduce_instance_logs(
     every named instance with every create of the store is paid by any build, however
     few its schemas: one schema's 55k messages in the bench's store of 1M reduced in
     4.0-4.5 s without it against 6.6-9.2 s with it (three pairs, one warm session); all
-    20 schemas in 49-54 s either way."""
+    20 schemas in 49-54 s either way. Rule A-ONCE (docs/semantics.md)."""
     first = reduce_logs(items, broadcast, incremental=incremental, owners_given=False)
     first = first.persist(StorageLevel.DISK_ONLY)
     rows = _collected(first, [*collect, OWNERS])

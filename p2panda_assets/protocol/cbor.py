@@ -117,7 +117,8 @@ def _tag1(content: object) -> datetime:
 
 
 def decode_cbor(data: bytes | bytearray | memoryview) -> object:
-    """Decode exactly one strict CBOR item (see the module docstring for the rules)."""
+    """Decode exactly one strict CBOR item (see the module docstring for the rules).
+    Rule M-CBOR (docs/semantics.md)."""
     if type(data) is not bytes:
         data = bytes(data)
     try:

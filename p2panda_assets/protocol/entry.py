@@ -137,7 +137,8 @@ def sign_entry(
 
 
 def decode_entry(data: bytes) -> Entry:
-    """Parse entry bytes strictly; raises `P2pandaError` and nothing else."""
+    """Parse entry bytes strictly; raises `P2pandaError` and nothing else.
+    Rule E-LAYOUT (docs/semantics.md)."""
     if not isinstance(data, bytes):
         data = bytes(data)
     if not data:
@@ -201,12 +202,15 @@ def _read_varu64(data: bytes, pos: int) -> tuple[int, int]:
 
 
 def check_signature(entry: Entry) -> None:
+    """The ed25519 signature over the signed fields, by the entry's author.
+    Rule E-SIGNATURE (docs/semantics.md)."""
     if not signature_is_valid(entry.author, entry.signed_bytes, entry.signature):
         raise P2pandaError(Reason.BAD_SIGNATURE, "the signature does not verify")
 
 
 def check_payload(entry: Entry, payload: bytes | None) -> None:
-    """The payload is the one the entry names: same length, same hash."""
+    """The payload is the one the entry names: same length, same hash.
+    Rule E-PAYLOAD (docs/semantics.md)."""
     if payload is None:
         raise P2pandaError(Reason.MISSING_PAYLOAD, "the entry came without its payload")
     if len(payload) != entry.payload_size:
@@ -220,7 +224,8 @@ def check_payload(entry: Entry, payload: bytes | None) -> None:
 
 def verify_entry(data: bytes, payload: bytes | None) -> Entry:
     """Decode, check the signature, and check the payload: everything one entry alone
-    can prove. The cheap checks run first so hostile bytes cost no signature check."""
+    can prove. The cheap checks run first so hostile bytes cost no signature check.
+    Rule E-COMPAT (docs/semantics.md)."""
     entry = decode_entry(data)
     check_payload(entry, payload)
     check_signature(entry)

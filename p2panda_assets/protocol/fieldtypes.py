@@ -32,7 +32,8 @@ class FieldType:
 
     @classmethod
     def parse(cls, text: str) -> FieldType:
-        """Parse `varchar`, `relation[]`, ...; anything else is `unknown-type`."""
+        """Parse `varchar`, `relation[]`, ...; anything else is `unknown-type`.
+        Rule M-TYPE (docs/semantics.md)."""
         is_array = text.endswith("[]")
         name = text[:-2] if is_array else text
         try:

@@ -56,7 +56,8 @@ _SIZE_BY_HEADER = {a.value: 2 + a.digest_size for a in HashAlgorithm}
 
 
 def read_hash(data: bytes, offset: int = 0) -> tuple[bytes, int]:
-    """Read one hash at `offset`; return (the whole hash bytes, offset after it)."""
+    """Read one hash at `offset`; return (the whole hash bytes, offset after it).
+    Rule E-HASH (docs/semantics.md)."""
     # Fast path: a valid hash starts with one of exactly two headers.
     size = _SIZE_BY_HEADER.get(data[offset : offset + 2])
     if size is not None and offset + size <= len(data):

@@ -20,6 +20,7 @@ TYPED_SCHEMA_ID = re.compile(rf"({AUTHOR_HEX})-0*([0-9]{{1,20}})", re.IGNORECASE
 
 
 def format_schema_id(author: bytes, log_id: int) -> str:
+    """A schema's id: its author's key in hex, a dash, its log id. Rule S-ID (docs/semantics.md)."""
     return f"{author.hex()}-{log_id}"
 
 

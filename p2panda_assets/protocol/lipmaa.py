@@ -13,6 +13,8 @@ from functools import lru_cache
 # seq nums: a cached answer costs ~0.1 us against 1.3 us to compute at seq 1,234.
 @lru_cache(maxsize=1 << 16)
 def lipmaa(n: int) -> int:
+    """The seq num the lipmaa link of entry `n` points at (the bamboo spec's function).
+    Rule E-LIPMAA (docs/semantics.md)."""
     if n < 1:
         raise ValueError(f"lipmaa is defined for n >= 1, not {n}")
     m, po3, x = 1, 3, n

@@ -117,7 +117,8 @@ def anchors_for(tip_seq: int, seqs: Iterable[int]) -> set[int]:
 
 def validate_log(entries: Iterable[E], tip: LogTip | None = None) -> LogVerdict[E]:
     """Apply the chain rules to all received entries of one log, or to the entries that
-    arrived after `tip` (then the verdict lists only those)."""
+    arrived after `tip` (then the verdict lists only those).
+    Rules L-ALGORITHM, L-END, L-FORK, L-PENDING (docs/semantics.md)."""
     tip = tip or LogTip()
     by_seq: dict[int, dict[bytes, E]] = defaultdict(dict)
     for entry in entries:
@@ -166,6 +167,8 @@ def validate_log(entries: Iterable[E], tip: LogTip | None = None) -> LogVerdict[
 
 
 def _link_rejection(entry: Linked, hashes: dict[int, bytes]) -> Rejection | None:
+    """Why the entry's backlink or lipmaa link is not the hash of the entry it names, if
+    it is not. Rule L-LINK (docs/semantics.md)."""
     seq = entry.seq_num
     if seq > 1 and entry.backlink != hashes[seq - 1]:
         return Rejection(Reason.BACKLINK_MISMATCH, f"backlink is not the hash of seq {seq - 1}")

@@ -265,6 +265,8 @@ def _author(value: object, where: str) -> bytes:
 
 
 def _schema_name(value: object) -> str:
+    """A schema's `name`: 1..64 printable ASCII characters.
+    Rule M-SCHEMA-NAME (docs/semantics.md)."""
     name = _text(value, "'name'")
     if not 1 <= len(name) <= SCHEMA_NAME_MAX or not (name.isascii() and name.isprintable()):
         raise _fail(Reason.BAD_NAME, "'name' must be 1..64 printable ASCII characters")
@@ -478,7 +480,8 @@ def _decode_typed_change(
 def _relation_keys(
     change: dict[str, object], field_type: FieldType, where: str
 ) -> tuple[SchemaRef | None, bool | None]:
-    """`schema` is required exactly on relation types; `cascade` is allowed only there."""
+    """`schema` is required exactly on relation types; `cascade` is allowed only there.
+    Rule M-RELATION (docs/semantics.md)."""
     if not field_type.is_relation:
         for key in ("schema", "cascade"):
             if key in change:
@@ -616,7 +619,8 @@ _ENCODERS: dict[type, Callable[..., dict[str, object]]] = {
 
 
 def decode_message(payload: bytes) -> Message:
-    """Decode and shape-check one message payload; raises only `P2pandaError`."""
+    """Decode and shape-check one message payload; raises only `P2pandaError`.
+    Rule M-SHAPE (docs/semantics.md)."""
     value = decode_cbor(payload)
     if type(value) is not dict:
         raise _fail(Reason.BAD_TYPE, f"a message must be a CBOR map, not {_cbor_kind(value)}")

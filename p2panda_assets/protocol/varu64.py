@@ -21,7 +21,8 @@ def encode_varu64(n: int) -> bytes:
 
 
 def decode_varu64(data: bytes, offset: int = 0) -> tuple[int, int]:
-    """Read one varu64 at `offset`; return (value, offset after it)."""
+    """Read one varu64 at `offset`; return (value, offset after it).
+    Rule E-VARU64 (docs/semantics.md)."""
     if offset >= len(data):
         raise P2pandaError(Reason.TRUNCATED, "bytes end where a varu64 should start")
     first = data[offset]

@@ -106,7 +106,8 @@ def schema_id_for(author: bytes, log_id: int) -> str:
 
 def table_name_for(schema_id: str) -> str:
     """`p2panda_data.s_<first 32 hex digits of the author>_<log id>`: lowercase, at most
-    55 bytes, so usable in SQL unquoted and within PostgreSQL's 63-byte limit."""
+    55 bytes, so usable in SQL unquoted and within PostgreSQL's 63-byte limit.
+    Rule T-NAME (docs/semantics.md)."""
     author, log_id = parse_schema_id(schema_id)
     return f"{DATA_SCHEMA}.s_{author.hex()[:TABLE_AUTHOR_CHARS]}_{log_id}"
 
@@ -165,7 +166,8 @@ def registered_schemas(conn: psycopg.Connection) -> list[RegistryRow]:
 
 
 def status_rows(conn: psycopg.Connection) -> list[StatusRow]:
-    """Per registered schema: version, status, rows, and where its entries ended."""
+    """Per registered schema: version, status, rows, and where its entries ended.
+    Rule A-COUNTS (docs/semantics.md)."""
     with conn.cursor(row_factory=class_row(StatusRow)) as cursor:
         return cursor.execute(
             """

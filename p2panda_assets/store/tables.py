@@ -179,7 +179,7 @@ def swap_schemas(
 
     Each schema's part is a savepoint of its own: one that fails (a user's view that
     depends on its table) leaves that schema as it was, and comes back with its error;
-    the others are swapped."""
+    the others are swapped. Rule T-SWAP (docs/semantics.md)."""
     failed: dict[str, psycopg.Error] = {}
     with conn.transaction():
         drop_views(conn)  # they depend on the tables
