@@ -1,8 +1,8 @@
 """Where the driver path stops being faster than Spark: runs of the pipeline after N new
 entries, on a store of bench/pipeline.py's corpus of `--entries` entries (the cached one
 of that size, less the entries held back for the increments; its full run not counted),
-each size run once by each path in turn (`P2PANDA_DRIVER_PATH_ENTRIES` -1 for Spark,
-above N for the driver), the store growing by every increment.
+each size run once by each path in turn (`P2PANDA_DRIVER_PATH_ENTRIES` and `_MESSAGES` -1
+for Spark, above N for the driver), the store growing by every increment.
 
 The new entries are the newest of every instance log, held back from the corpus
 (`pipeline.split_for_increment`; the store gets the migration it holds back too) and
@@ -35,7 +35,7 @@ from pipeline import (  # bench/, beside this script
     split_for_increment,
 )
 
-from p2panda_assets.pipeline.local_store import DRIVER_PATH_ENV
+from p2panda_assets.pipeline.local_store import DRIVER_PATH_ENVS
 from p2panda_assets.pipeline.run import run_pipeline
 from p2panda_assets.pipeline.spark import build_session, spark_config, warm_up
 from p2panda_assets.store.database import ensure_schema
@@ -95,7 +95,7 @@ def main() -> None:
                         for way in (("driver", "spark") if n % 2 == 0 else ("spark", "driver"))
                     ]
                     for (size, way), lines in zip(order, increments, strict=True):
-                        os.environ[DRIVER_PATH_ENV] = PATHS[way]
+                        os.environ.update(dict.fromkeys(DRIVER_PATH_ENVS, PATHS[way]))
                         ingest(conn, [_pair(line) for line in lines])
                         started = time.perf_counter()
                         outcomes = run_pipeline(spark, conn, url)
@@ -108,7 +108,8 @@ def main() -> None:
             finally:
                 spark.stop()
     finally:
-        os.environ.pop(DRIVER_PATH_ENV, None)
+        for name in DRIVER_PATH_ENVS:
+            os.environ.pop(name, None)
         shutil.rmtree(home, ignore_errors=True)
     for figures in results.values():
         figures["ratio_driver_to_spark"] = round(figures["driver"] / figures["spark"], 3)

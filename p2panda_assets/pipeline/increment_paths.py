@@ -4,8 +4,9 @@ make; `materialize._build_increments` does that through one of these:
 
 - `SparkSteps`: Spark jobs over the chained layers, the path of large increments;
 - `DriverSteps`: the same rules in the process that runs the build, with pyarrow
-  (`local_increments`), for an increment of at most `local_store.driver_path_entries()`
-  new messages: no Spark job's fixed cost for the few messages a published entry brings.
+  (`local_increments`), for an increment of at most `local_store.driver_path_messages()`
+  new messages to schemas of at most `local_store.driver_path_entries()` messages: no Spark
+  job's fixed cost for the few messages a published entry brings.
 
 `choose_steps` picks one by size, and falls back to Spark where pyarrow cannot open the
 warehouse (said once, `local_store.say_once`). The path taken is the outcome's `path`.
@@ -16,13 +17,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import Broadcast
 from pyspark.sql import DataFrame, SparkSession
 
 from p2panda_assets.engine.corpus import Catalog
 from p2panda_assets.pipeline.cascades import DELETED_DDL
 from p2panda_assets.pipeline.copy import ACCOUNT_COLUMNS, CopyResult, Derived, Target
-from p2panda_assets.pipeline.increments import new_keys, touched_messages
+from p2panda_assets.pipeline.increments import BuildPlan, new_keys, touched_messages
 from p2panda_assets.pipeline.index import IndexResult
 from p2panda_assets.pipeline.layers import read_layers
 from p2panda_assets.pipeline.local_frames import local_frame
@@ -35,10 +38,16 @@ from p2panda_assets.pipeline.local_increments import (
 from p2panda_assets.pipeline.local_store import (
     LocalReadUnavailable,
     driver_path_entries,
+    driver_path_messages,
     layers_dataset,
     say_once,
 )
-from p2panda_assets.pipeline.reduction import COLLECTED, accounts_of, reduce_instance_logs
+from p2panda_assets.pipeline.reduction import (
+    COLLECTED,
+    REDUCED_ARROW,
+    accounts_of,
+    reduce_instance_logs,
+)
 from p2panda_assets.pipeline.staging import stage_reduced
 from p2panda_assets.statuses import BuildPath
 from p2panda_assets.store.pipeline_state import Stage
@@ -129,21 +138,17 @@ class DriverSteps:
         self._index = index
         self._catalog = catalog
         self._layers = [index.warehouse.chained(run) for run in index.layers]
-        self._reduced: list[dict[str, object]] = []
+        self._reduced = REDUCED_ARROW.empty_table()
 
     def new_keys(self, layers: Sequence[str], after_batch: int) -> set[bytes]:
         roots = [self._index.warehouse.chained(run) for run in layers]
         return new_keys_locally(roots, after_batch)
 
     def reduce(self, increments: Mapping[str, int], keys: set[bytes]) -> list[Any]:
-        items = touched_locally(self._layers, increments, keys)
-        self._reduced = reduce_locally(self._catalog, items, self._layers)
-        # Every collected column, None where a row type has none (as Spark's rows have).
-        return [
-            {column: row.get(column) for column in COLLECTED}
-            for row in self._reduced
-            if row["row_type"] in COLLECT
-        ]
+        touched = touched_locally(self._layers, increments, keys)
+        self._reduced = reduce_locally(self._catalog, touched, self._layers)
+        collected = pc.is_in(self._reduced["row_type"], value_set=pa.array(COLLECT))
+        return self._reduced.filter(collected).select(list(COLLECTED)).to_pylist()
 
     def stage(
         self,
@@ -157,15 +162,18 @@ class DriverSteps:
         return stage_locally(url, self._reduced, ok, set(gone), targets, derived)
 
     def close(self) -> None:
-        self._reduced = []
+        self._reduced = REDUCED_ARROW.empty_table()
 
 
 def choose_steps(
-    spark: SparkSession, index: IndexResult, catalog: Catalog, new_messages: int
+    spark: SparkSession, index: IndexResult, catalog: Catalog, plan: BuildPlan
 ) -> IncrementSteps:
-    """The driver path for an increment of at most `driver_path_entries()` new messages
-    whose warehouse pyarrow can open; else Spark."""
-    if new_messages <= driver_path_entries():
+    """The driver path for an increment of at most `driver_path_messages()` new
+    messages, whose schemas hold at most `driver_path_entries()` messages in all (the
+    driver reads them all: `local_store.scan`), and whose warehouse pyarrow can open;
+    else Spark."""
+    small = plan.new_messages <= driver_path_messages()
+    if small and plan.messages <= driver_path_entries():
         try:
             layers_dataset([index.warehouse.chained(run) for run in index.layers])
         except LocalReadUnavailable as unavailable:

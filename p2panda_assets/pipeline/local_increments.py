@@ -1,6 +1,6 @@
 """The driver path of an incremental build: the relational steps of
 `materialize._build_increments` in the process that runs it, with pyarrow, for a small
-increment (`driver_path.takes_driver_path`). No Spark job is launched.
+increment (`increment_paths.choose_steps`). No Spark job is launched.
 
 Every rule is the Spark path's own: each log is reduced by `reduction.reduce_rows`, the
 accounts and deleted sets come from `reduction.accounts_of` and `deleted_of`, and the
@@ -13,9 +13,7 @@ holds both paths to `reduce_corpus`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from itertools import groupby
-from operator import itemgetter
+from collections.abc import Iterator, Mapping, Sequence
 from typing import cast
 
 import pyarrow as pa
@@ -24,10 +22,18 @@ import pyarrow.dataset as ds
 
 from p2panda_assets.engine.corpus import Catalog
 from p2panda_assets.pipeline.copy import CopyResult, Derived, Target, copy_locally
-from p2panda_assets.pipeline.groups import Row, arrow_schema, python_rows
-from p2panda_assets.pipeline.local_store import layers_dataset
-from p2panda_assets.pipeline.reduction import ACCOUNTED, OWNERS, REDUCE_INPUT, reduce_rows
+from p2panda_assets.pipeline.groups import Row, arrow_schema, output_batches, python_rows
+from p2panda_assets.pipeline.local_store import layers_dataset, scan
+from p2panda_assets.pipeline.reduction import (
+    ACCOUNTED,
+    OWNERS,
+    REDUCE_INPUT,
+    REDUCED_ARROW,
+    reduce_rows,
+)
 from p2panda_assets.statuses import Assignment
+
+ROWS_AT_A_TIME = 2_000  # Python rows the driver path holds of a batch at once
 
 # What the driver path reads of each message it reduces: the reduction's input (less the
 # owner columns, which it adds), and what finds the messages.
@@ -49,25 +55,23 @@ def new_keys_locally(layers: Sequence[str], after_batch: int) -> set[bytes]:
     dataset = layers_dataset(layers)
     if dataset is None:
         return set()
-    table = dataset.to_table(
-        columns=["instance", "kind", "hash"], filter=ds.field("batch") > after_batch
-    )
+    table = scan(dataset, ["instance", "kind", "hash"], ds.field("batch") > after_batch)
     return {cast(bytes, key) for key in message_keys(table).to_pylist() if key is not None}
 
 
 def touched_locally(
     layers: Sequence[str], increments: Mapping[str, int], keys: set[bytes]
-) -> list[Row]:
+) -> pa.Table:
     """`increments.touched_messages` of the chained `layers`: every assigned message of
     the increments' schemas that creates or names one of `keys`, and their new messages
-    that name none, each with `built_batch`, as `python_rows` gives them."""
+    that name none, each with `built_batch`: a table in log order (author, log, seq)."""
     dataset = layers_dataset(layers)
     if dataset is None:
-        return []
+        return pa.table({name: [] for name in (*READ, "built_batch")})
     wanted = ds.field("schema").isin(list(increments)) & (
         ds.field("assignment") == Assignment.ASSIGNED.value
     )
-    table = dataset.to_table(columns=list(READ), filter=wanted)
+    table = scan(dataset, list(READ), wanted)
     schemas = cast(list[str], table["schema"].to_pylist())
     built = pa.array([increments[s] for s in schemas], pa.int64())
     key = message_keys(table)
@@ -76,34 +80,51 @@ def touched_locally(
     new_without_key = pc.and_(pc.greater(table["batch"], built), pc.is_null(key))
     wanted = pc.or_(cast(pa.ChunkedArray, marked), new_without_key)
     touched = table.append_column("built_batch", built).filter(wanted)
-    return [row for batch in touched.to_batches() for row in python_rows(batch)]
+    return touched.sort_by([("author", "ascending"), ("log_id", "ascending"), ("seq", "ascending")])
 
 
-def reduce_locally(catalog: Catalog, items: list[Row], layers: Sequence[str]) -> list[Row]:
-    """`reduction.reduce_instance_logs` of `items` (incremental): every log reduced by
-    `reduce_rows` without owner rows, and the logs that looked an owner up reduced again
-    with the owners of what they looked up, found among the creates of `layers`.
+def reduce_locally(catalog: Catalog, touched: pa.Table, layers: Sequence[str]) -> pa.Table:
+    """`reduction.reduce_instance_logs` of the `touched` messages (incremental, in log
+    order): every log reduced by `reduce_rows` without owner rows, and the logs that
+    looked an owner up reduced again with the owners of what they looked up, found among
+    the creates of `layers`. Streamed: a batch of the messages as Python rows at a time,
+    the reduced rows kept as Arrow batches (`REDUCED_ARROW`), as compact as Spark's.
     Rule A-ONCE (docs/semantics.md)."""
-    for item in items:
-        item["owner_author"] = item["owner_log"] = None
-    logs = _logs(items)
-    first = {key: _reduce_log(catalog, rows, owners_given=False) for key, rows in logs.items()}
-    looking = [row for rows in first.values() for row in rows if row["row_type"] == OWNERS]
-    if looking:
-        owners = _owners_of({cast(bytes, row["hash"]) for row in looking}, layers)
-        for key in {(row["author"], row["log_id"]) for row in looking}:
-            rows = logs[cast(tuple[bytes, int], key)]
-            first[cast(tuple[bytes, int], key)] = _reduce_log(
-                catalog, rows + _owner_rows(rows, owners), owners_given=True
-            )
-    return [row for rows in first.values() for row in rows]
+    looked_up: set[bytes] = set()
+    looking: list[list[Row]] = []  # the logs that looked an owner up: reduced again
+
+    def reduced() -> Iterator[list[Row]]:
+        for rows in _logs(touched):
+            out = _reduce_log(catalog, rows, owners_given=False)
+            if out and out[0]["row_type"] == OWNERS:  # only owners rows come back then
+                looked_up.update(cast(bytes, row["hash"]) for row in out)
+                looking.append(rows)
+            else:
+                yield out
+        if looking:
+            owners = _owners_of(looked_up, layers)
+            for rows in looking:
+                yield _reduce_log(catalog, rows + _owner_rows(rows, owners), owners_given=True)
+
+    return pa.Table.from_batches(list(output_batches(reduced(), REDUCED_ARROW)), REDUCED_ARROW)
 
 
-def _logs(items: list[Row]) -> dict[tuple[bytes, int], list[Row]]:
-    """The items by log, each log's in seq order (`map_groups`' grouping)."""
-    by_log = itemgetter("author", "log_id")
-    ordered = sorted(items, key=itemgetter("author", "log_id", "seq"))
-    return {cast(tuple[bytes, int], key): list(rows) for key, rows in groupby(ordered, key=by_log)}
+def _logs(touched: pa.Table) -> Iterator[list[Row]]:
+    """The rows of each log of `touched` (in log order), as `map_groups` gives a group:
+    a batch at a time made Python rows, a log whole however the batches cut it."""
+    group: list[Row] = []
+    current: object = None
+    for batch in touched.to_batches(max_chunksize=ROWS_AT_A_TIME):
+        for row in python_rows(batch):
+            row["owner_author"] = row["owner_log"] = None
+            key = (row["author"], row["log_id"])
+            if group and key != current:
+                yield group
+                group = []
+            current = key
+            group.append(row)
+    if group:
+        yield group
 
 
 def _reduce_log(catalog: Catalog, rows: list[Row], *, owners_given: bool) -> list[Row]:
@@ -119,7 +140,7 @@ def _owners_of(instances: set[bytes], layers: Sequence[str]) -> dict[bytes, tupl
     wanted = (ds.field("kind") == "create") & ds.field("hash").isin(
         pa.array(list(instances), pa.binary())
     )
-    table = dataset.to_table(columns=["hash", "author", "log_id"], filter=wanted)
+    table = scan(dataset, ["hash", "author", "log_id"], wanted)
     return {
         cast(bytes, row["hash"]): (cast(bytes, row["author"]), cast(int, row["log_id"]))
         for batch in table.to_batches()
@@ -168,30 +189,35 @@ STAGED_ARROW = arrow_schema(
 
 def stage_locally(
     url: str,
-    reduced: Iterable[Row],
+    reduced: pa.Table,
     ok: Sequence[str],
     gone: set[tuple[str, bytes]],
     targets: dict[str, Target],
     derived: Sequence[Derived],
 ) -> CopyResult:
-    """`materialize._stage_reduced` of rows the driver holds: each live instance's row
-    into its schema's target, and `derived` (the accounts) from every row, by the
-    writer of the Spark path (`copy_locally`). `gone`: the (schema, instance) pairs the
-    cascades left deleted."""
-    staged = []
-    for row in reduced:
-        if row["row_type"] not in ("instance", "account") or row["schema"] not in ok:
-            continue
-        live = not row.get("deleted") and (row["schema"], row["hash"]) not in gone
-        is_row = row["row_type"] == "instance" and live and row["schema"] in targets
-        staged.append(
-            {
-                **{column: row.get(column) for column in ACCOUNTED},
-                "dest": row["schema"] if is_row else None,
-                "row": row["row"] if is_row else None,
-                "fell_back": row.get("fell_back"),
-                "live": live,
-            }
-        )
-    batch = pa.RecordBatch.from_pylist(staged, schema=STAGED_ARROW)
-    return copy_locally([batch], url, targets, tally="fell_back", derived=derived)
+    """`materialize._stage_reduced` of the reduced rows the driver holds: each live
+    instance's row into its schema's target, and `derived` (the accounts) from every
+    row, by the writer of the Spark path (`copy_locally`), a batch at a time. `gone`:
+    the (schema, instance) pairs the cascades left deleted."""
+    kept = set(ok)
+
+    def staged() -> Iterator[pa.RecordBatch]:
+        for batch in reduced.to_batches(max_chunksize=ROWS_AT_A_TIME):
+            rows = []
+            for row in batch.to_pylist():
+                if row["row_type"] not in ("instance", "account") or row["schema"] not in kept:
+                    continue
+                live = not row["deleted"] and (row["schema"], row["hash"]) not in gone
+                is_row = row["row_type"] == "instance" and live and row["schema"] in targets
+                rows.append(
+                    {
+                        **{column: row[column] for column in ACCOUNTED},
+                        "dest": row["schema"] if is_row else None,
+                        "row": row["row"] if is_row else None,
+                        "fell_back": row["fell_back"],
+                        "live": live,
+                    }
+                )
+            yield pa.RecordBatch.from_pylist(rows, schema=STAGED_ARROW)
+
+    return copy_locally(staged(), url, targets, tally="fell_back", derived=derived)

@@ -1,6 +1,8 @@
 """The columnar store read and written in the driver, with pyarrow: the driver path
-(`index_paths`, `increment_paths`), which a step takes for at most
-`driver_path_entries()` entries to chain or new messages to reduce. The same files Spark
+(`index_paths`, `increment_paths`), which an index step takes for at most
+`driver_path_entries()` entries to chain, and an increment for at most
+`driver_path_messages()` new messages to schemas of at most `driver_path_entries()`
+messages. The same files Spark
 reads and writes (`pipeline.layers`, `pipeline.verify`), through `pyarrow.fs`: a local
 path or `file://`, `s3a://` as S3, `hdfs://`. A root pyarrow cannot open (no
 credentials, no libhdfs) raises `LocalReadUnavailable`, and the caller takes the Spark
@@ -19,7 +21,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from p2panda_assets.pipeline.layers import LAYER_SPARK
+from p2panda_assets.pipeline.layers import DECODED_SPARK, LAYER_SPARK
 
 log = logging.getLogger(__name__)
 
@@ -30,15 +32,27 @@ LAYER_ARROW = to_arrow_schema(LAYER_SPARK)
 SCHEMA_PARTITIONING = ds.partitioning(pa.schema([("schema", pa.string())]), flavor="hive")
 
 
-DRIVER_PATH_ENV = "P2PANDA_DRIVER_PATH_ENTRIES"
-# Up to this many entries to chain, or new messages of an increment, a step takes the
-# driver path (docs/live-path.md has the measurements behind the default).
-DEFAULT_DRIVER_PATH_ENTRIES = 20_000
+# The driver path's bounds (bench/driver_path.py and bench/pipeline.py, docs/live-path.md).
+# Entries: the most a driver-path step reads, an index step's entries to chain or the
+# messages of an increment's schemas (pyarrow decodes all it reads: ~0.5 GB for a million
+# messages); at 100k, a whole run of 100k entries took 14.7 s against 17.8 s in Spark.
+# Messages: the most new messages an increment reduces in the driver (on a store of 1M,
+# 10 in 1.2 s against 3.7 s, 20,000 in 6.1 s against 8.8 s). -1 turns either off.
+DRIVER_PATH_ENTRIES_ENV = "P2PANDA_DRIVER_PATH_ENTRIES"
+DEFAULT_DRIVER_PATH_ENTRIES = 100_000
+DRIVER_PATH_MESSAGES_ENV = "P2PANDA_DRIVER_PATH_MESSAGES"
+DEFAULT_DRIVER_PATH_MESSAGES = 20_000
+DRIVER_PATH_ENVS = (DRIVER_PATH_ENTRIES_ENV, DRIVER_PATH_MESSAGES_ENV)
 
 
 def driver_path_entries() -> int:
-    """`P2PANDA_DRIVER_PATH_ENTRIES`, or its default; -1 turns the driver path off."""
-    return int(os.environ.get(DRIVER_PATH_ENV) or DEFAULT_DRIVER_PATH_ENTRIES)
+    """Most entries (messages) a driver-path step reads (`P2PANDA_DRIVER_PATH_ENTRIES`)."""
+    return int(os.environ.get(DRIVER_PATH_ENTRIES_ENV) or DEFAULT_DRIVER_PATH_ENTRIES)
+
+
+def driver_path_messages() -> int:
+    """Most new messages an increment reduces in the driver (`P2PANDA_DRIVER_PATH_MESSAGES`)."""
+    return int(os.environ.get(DRIVER_PATH_MESSAGES_ENV) or DEFAULT_DRIVER_PATH_MESSAGES)
 
 
 class LocalReadUnavailable(Exception):
@@ -75,6 +89,27 @@ def layers_dataset(layers: Sequence[str]) -> ds.Dataset | None:
     return ds.dataset(parts)  # type: ignore[arg-type]
 
 
+DECODED_ARROW = to_arrow_schema(DECODED_SPARK)
+
+
+def kinds_counted(paths: Sequence[str]) -> dict[str | None, tuple[int, int]]:
+    """The messages in one schema's directories of some layers (`layers.decoded_paths`),
+    counted by kind (None: undecodable), each with how many carry an `error`: what the
+    `decoded_messages` asset reports, read from two narrow columns."""
+    counted: dict[str | None, tuple[int, int]] = {}
+    for path in paths:
+        filesystem, directory = layer_filesystem(path)
+        dataset = ds.dataset(
+            directory, schema=DECODED_ARROW, format="parquet", filesystem=filesystem
+        )
+        table = dataset.to_table(columns=["kind", "error"])
+        by_kind = table.group_by("kind").aggregate([([], "count_all"), ("error", "count")])
+        for row in by_kind.to_pylist():
+            n, e = counted.get(row["kind"], (0, 0))
+            counted[row["kind"]] = (n + row["count_all"], e + row["error_count"])
+    return counted
+
+
 def write_batch(table: pa.Table, path: str) -> None:
     """A verified batch (`verify.VERIFIED_ARROW`) into its directory, one Parquet file,
     where Spark and `local_index.read_verified_locally` read it."""
@@ -83,6 +118,14 @@ def write_batch(table: pa.Table, path: str) -> None:
     pq.write_table(
         table, f"{directory}/part-00000-{secrets.token_hex(6)}.parquet", filesystem=filesystem
     )
+
+
+def scan(dataset: ds.Dataset, columns: list[str], filter: ds.Expression) -> pa.Table:
+    """The rows of `dataset` that `filter` keeps, of `columns`. pyarrow decodes every
+    row of the files it reads before the filter drops most: a scan of a million messages
+    with their payloads grows this process by ~0.5 GB (bench/pipeline.py at 1M), which is
+    why an increment takes the driver path only over few messages (`increment_paths`)."""
+    return dataset.to_table(columns=columns, filter=filter)
 
 
 _said: set[str] = set()

@@ -397,7 +397,7 @@ def _build_increments(
     token = secrets.token_hex(6)
     stages: dict[str, Stage] = {}
     accounts = None
-    steps = choose_steps(spark, index, catalog, plan.new_messages)
+    steps = choose_steps(spark, index, catalog, plan)
     try:
         after = min(plan.increments.values())
         keys = steps.new_keys(layers_after(conn, index.layers, after), after) | deleted_anew

@@ -10,7 +10,7 @@ from p2panda_assets.pipeline import index as index_module
 from p2panda_assets.pipeline.increments import layer_sums
 from p2panda_assets.pipeline.index import APPEND_MIN_ENV, run_index
 from p2panda_assets.pipeline.index_paths import DriverIndexSteps, SparkIndexSteps
-from p2panda_assets.pipeline.local_store import DRIVER_PATH_ENV
+from p2panda_assets.pipeline.local_store import DRIVER_PATH_ENVS
 from p2panda_assets.pipeline.run import run_pipeline
 from p2panda_assets.pipeline.warehouse import NO_SCHEMA
 from p2panda_assets.protocol.ids import parse_schema_id
@@ -155,7 +155,8 @@ def test_a_forged_entry_at_a_tips_seq_is_told_apart_by_the_layers(
     same author, log and seq, a signature that does not verify): which of the two the new
     entries link to is read from the chained layers, and the log is still appended. On
     both paths of the index step."""
-    monkeypatch.setenv(DRIVER_PATH_ENV, "1000000" if steps is DriverIndexSteps else "-1")
+    for name in DRIVER_PATH_ENVS:
+        monkeypatch.setenv(name, "1000000" if steps is DriverIndexSteps else "-1")
     corpus, schema = notes()
     log = instances(corpus.author(2), 1)
     for title in "abcd":

@@ -28,7 +28,7 @@ from p2panda_assets.pipeline import (
     verify,
 )
 from p2panda_assets.pipeline.index import APPEND_MIN_ENV, run_index
-from p2panda_assets.pipeline.local_store import DRIVER_PATH_ENV
+from p2panda_assets.pipeline.local_store import DRIVER_PATH_ENVS
 from p2panda_assets.pipeline.materialize import materialize_schemas
 from p2panda_assets.pipeline.run import run_pipeline
 from p2panda_assets.protocol.ids import parse_schema_id
@@ -122,7 +122,8 @@ def test_two_runs_equal_the_engine_on_the_whole_corpus(spark, session_database, 
     # An increment runs in Spark jobs or, when small, in the driver: both paths.
     driver_path = data.draw(st.sampled_from(["-1", "1000000"]), label="driver path up to")
     with empty_store(session_database) as conn, pytest.MonkeyPatch.context() as patch:
-        patch.setenv(DRIVER_PATH_ENV, driver_path)
+        for name in DRIVER_PATH_ENVS:
+            patch.setenv(name, driver_path)
         patch.setattr(cascades, "DRIVER_CASCADE_ROWS", settled)
         patch.setattr(increments, "LITERAL_KEYS", literal_keys)
         patch.setattr(chaining, "BROADCAST_HELD", held)
@@ -181,12 +182,15 @@ def test_new_messages_are_added_without_a_whole_build(spark, session_database):
 def test_an_increment_takes_its_path_by_size(
     spark, session_database, monkeypatch, driver_path_up_to, path
 ):
-    """Three new messages (against five before: an increment): the driver path by
-    default; above the setting, Spark. Both give the engine's table and accounts."""
+    """Seven entries, then three new messages (against five before: an increment): the
+    index steps and the increment take the driver path by default; above the setting,
+    Spark. Both give the engine's table and accounts."""
     if driver_path_up_to is None:
-        monkeypatch.delenv(DRIVER_PATH_ENV, raising=False)
+        for name in DRIVER_PATH_ENVS:
+            monkeypatch.delenv(name, raising=False)
     else:
-        monkeypatch.setenv(DRIVER_PATH_ENV, driver_path_up_to)
+        for name in DRIVER_PATH_ENVS:
+            monkeypatch.setenv(name, driver_path_up_to)
     corpus = CorpusBuilder()
     schema = corpus.author(1).schema(1)
     schema.migrate(create_field("title", "varchar", default="none"))
@@ -199,10 +203,13 @@ def test_an_increment_takes_its_path_by_size(
     with empty_store(session_database) as conn:
         ingest(conn, early)
         register(conn, *parse_schema_id(schema.schema_id), None)
-        [whole] = run_pipeline(spark, conn, session_database)
+        first = run_index(spark, conn, session_database)
+        [whole] = materialize_schemas(spark, conn, session_database, first, [schema.schema_id])
         ingest(conn, corpus.pairs[len(early) :])
-        [added] = run_pipeline(spark, conn, session_database)
+        second = run_index(spark, conn, session_database)
+        [added] = materialize_schemas(spark, conn, session_database, second, [schema.schema_id])
         expected = reduce_corpus(corpus.pairs, {schema.schema_id})
+        assert (first.path, second.path) == (path, path)  # 7 entries chained, then 3
         assert (whole.path, added.path, added.incremental) == (BuildPath.SPARK, path, True)
         assert registry_outcome(conn, schema.schema_id).path == path  # other runs see it
         [row] = registered_schemas(conn)
@@ -609,7 +616,8 @@ def test_deleted_sets_too_large_to_broadcast_flag_the_same_rows(
     meet them instead of broadcasting them: the tables and accounts are the engine's
     still. The increments take the Spark path, where the flags are joined."""
     monkeypatch.setattr(staging, "BROADCAST_KEYS", -1)
-    monkeypatch.setenv(DRIVER_PATH_ENV, "-1")
+    for name in DRIVER_PATH_ENVS:
+        monkeypatch.setenv(name, "-1")
     corpus, schema_ids, cut = growing
     run_in_two_parts(spark, session_database, corpus, cut, schema_ids)
 

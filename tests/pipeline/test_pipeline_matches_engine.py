@@ -19,7 +19,7 @@ from p2panda_assets.engine.corpus import reduce_corpus
 from p2panda_assets.errors import P2pandaError
 from p2panda_assets.pipeline import cascades, chaining, verify
 from p2panda_assets.pipeline.index import last_index
-from p2panda_assets.pipeline.local_store import DRIVER_PATH_ENV
+from p2panda_assets.pipeline.local_store import DRIVER_PATH_ENVS
 from p2panda_assets.pipeline.run import run_pipeline
 from p2panda_assets.pipeline.verify import current_warehouse
 from p2panda_assets.pipeline.warehouse import exists, remove
@@ -97,7 +97,8 @@ def test_pipeline_tables_and_accounts_equal_the_engine(spark, session_database, 
     # (`index_paths`): both paths.
     driver_path = data.draw(st.sampled_from(["-1", "1000000"]), label="driver path up to")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(DRIVER_PATH_ENV, driver_path)
+        for name in DRIVER_PATH_ENVS:
+            patch.setenv(name, driver_path)
         if in_spark:
             patch.setattr(verify, "SMALL_BATCH", 0)
         patch.setattr(chaining, "BROADCAST_HELD", held)
@@ -247,7 +248,8 @@ def test_payloads_that_do_not_decode_keep_the_engines_reason(
         return found
 
     monkeypatch.setattr(chaining, "chained_logs_of", counting)
-    monkeypatch.setenv(DRIVER_PATH_ENV, driver_path)
+    for name in DRIVER_PATH_ENVS:
+        monkeypatch.setenv(name, driver_path)
     corpus = CorpusBuilder()
     schema = corpus.author(1).schema(7, "garbled")
     schema.migrate(create_field("title", "text"))

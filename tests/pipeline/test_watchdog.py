@@ -31,6 +31,7 @@ from pyspark.sql import SparkSession
 
 from p2panda_assets.cli.main import main
 from p2panda_assets.errors import P2pandaError, Reason
+from p2panda_assets.pipeline.local_store import DRIVER_PATH_ENVS
 from p2panda_assets.pipeline.watchdog import NO_EXECUTOR_TIMEOUT_ENV, Clock, Look, Stage, watched
 from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store.database import connect, ensure_schema
@@ -176,6 +177,9 @@ def test_a_run_without_executors_fails_with_no_executors_and_the_next_run_procee
         "P2PANDA_DATABASE_URL": database_url,
         "SPARK_MASTER": lonely_master,
         NO_EXECUTOR_TIMEOUT_ENV: str(NO_EXECUTOR_TIMEOUT),
+        # The index step in Spark, as on a large store: its first job is the one that
+        # finds no executor (a small store's would run in the driver: `index_paths`).
+        **dict.fromkeys(DRIVER_PATH_ENVS, "-1"),
     }
     env.pop("DAGSTER_HOME", None)
     stuck = subprocess.Popen(
