@@ -247,6 +247,8 @@ def _build(
     """Build the tables of `outcomes` whole, from every message of their schemas."""
     by_id = {o.schema_id: o for o in outcomes}
     schema_ids = list(by_id)
+    for outcome in outcomes:  # as the swap records it
+        outcome.path = BuildPath.SPARK
     decoded = index.decoded(spark)
     token = secrets.token_hex(6)
     stages: dict[str, Stage] = {}
@@ -303,7 +305,6 @@ def _build(
         for outcome in built:
             if outcome.schema_id not in failed:  # its stage is its table now
                 stages.pop(outcome.schema_id, None)
-                outcome.path = BuildPath.SPARK
     finally:
         drop_tables(conn, [*stages.values(), accounts, deleted_stage])
         # What this build persisted (the reduction, the cascade's rounds): the session

@@ -205,6 +205,7 @@ def test_an_increment_takes_its_path_by_size(
         register(conn, *parse_schema_id(schema.schema_id), None)
         first = run_index(spark, conn, session_database)
         [whole] = materialize_schemas(spark, conn, session_database, first, [schema.schema_id])
+        assert registry_outcome(conn, schema.schema_id).path == BuildPath.SPARK  # as swapped
         ingest(conn, corpus.pairs[len(early) :])
         second = run_index(spark, conn, session_database)
         [added] = materialize_schemas(spark, conn, session_database, second, [schema.schema_id])
