@@ -9,7 +9,7 @@ make; `materialize._build_increments` does that through one of these:
   job's fixed cost for the few messages a published entry brings.
 
 `choose_steps` picks one by size, and falls back to Spark where pyarrow cannot open the
-warehouse (said once, `local_store.say_once`). The path taken is the outcome's `path`.
+warehouse (`local_store.readable`, which says so once). The path taken is the outcome's `path`.
 """
 
 from __future__ import annotations
@@ -36,11 +36,10 @@ from p2panda_assets.pipeline.local_increments import (
     touched_locally,
 )
 from p2panda_assets.pipeline.local_store import (
-    LocalReadUnavailable,
     driver_path_entries,
     driver_path_messages,
     layers_dataset,
-    say_once,
+    readable,
 )
 from p2panda_assets.pipeline.reduction import (
     COLLECTED,
@@ -137,7 +136,7 @@ class DriverSteps:
     def __init__(self, index: IndexResult, catalog: Catalog) -> None:
         self._index = index
         self._catalog = catalog
-        self._layers = [index.warehouse.chained(run) for run in index.layers]
+        self._store = layers_dataset([index.warehouse.chained(run) for run in index.layers])
         self._reduced = REDUCED_ARROW.empty_table()
 
     def new_keys(self, layers: Sequence[str], after_batch: int) -> set[bytes]:
@@ -145,8 +144,8 @@ class DriverSteps:
         return new_keys_locally(roots, after_batch)
 
     def reduce(self, increments: Mapping[str, int], keys: set[bytes]) -> list[Any]:
-        touched = touched_locally(self._layers, increments, keys)
-        self._reduced = reduce_locally(self._catalog, touched, self._layers)
+        touched = touched_locally(self._store, increments, keys)
+        self._reduced = reduce_locally(self._catalog, touched, self._store)
         collected = pc.is_in(self._reduced["row_type"], value_set=pa.array(COLLECT))
         return self._reduced.filter(collected).select(list(COLLECTED)).to_pylist()
 
@@ -173,11 +172,6 @@ def choose_steps(
     driver reads them all: `local_store.scan`), and whose warehouse pyarrow can open;
     else Spark."""
     small = plan.new_messages <= driver_path_messages()
-    if small and plan.messages <= driver_path_entries():
-        try:
-            layers_dataset([index.warehouse.chained(run) for run in index.layers])
-        except LocalReadUnavailable as unavailable:
-            say_once(str(unavailable))
-        else:
-            return DriverSteps(index, catalog)
+    if small and plan.messages <= driver_path_entries() and readable(index.warehouse.base):
+        return DriverSteps(index, catalog)
     return SparkSteps(spark, index, catalog)

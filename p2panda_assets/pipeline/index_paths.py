@@ -54,12 +54,7 @@ from p2panda_assets.pipeline.local_index import (
     rows_of,
     write_chained_locally,
 )
-from p2panda_assets.pipeline.local_store import (
-    LocalReadUnavailable,
-    driver_path_entries,
-    layer_filesystem,
-    say_once,
-)
+from p2panda_assets.pipeline.local_store import driver_path_entries, readable
 from p2panda_assets.pipeline.log_plan import LogPlan
 from p2panda_assets.pipeline.verify import read_new_verified, read_verified
 from p2panda_assets.pipeline.warehouse import Warehouse, remove
@@ -317,13 +312,10 @@ def index_steps(
     warehouse; else Spark's. `entries`: how many (every good one, for a step that
     chains them all); None: those of the verified batches in (since, through], which
     their files' footers count."""
-    try:
-        layer_filesystem(warehouse.base)
-        if entries is None:
-            entries = count_new_verified(warehouse, since, through)
-    except LocalReadUnavailable as unavailable:
-        say_once(str(unavailable))
+    if not readable(warehouse.base):
         return SparkIndexSteps(spark, warehouse)
+    if entries is None:
+        entries = count_new_verified(warehouse, since, through)
     if entries <= driver_path_entries():
         return DriverIndexSteps(warehouse)
     return SparkIndexSteps(spark, warehouse)

@@ -60,12 +60,12 @@ def new_keys_locally(layers: Sequence[str], after_batch: int) -> set[bytes]:
 
 
 def touched_locally(
-    layers: Sequence[str], increments: Mapping[str, int], keys: set[bytes]
+    dataset: ds.Dataset | None, increments: Mapping[str, int], keys: set[bytes]
 ) -> pa.Table:
-    """`increments.touched_messages` of the chained `layers`: every assigned message of
+    """`increments.touched_messages` of the store's messages (`dataset`, None for none:
+    `local_store.layers_dataset`): every assigned message of
     the increments' schemas that creates or names one of `keys`, and their new messages
     that name none, each with `built_batch`: a table in log order (author, log, seq)."""
-    dataset = layers_dataset(layers)
     if dataset is None:
         return pa.table({name: [] for name in (*READ, "built_batch")})
     wanted = ds.field("schema").isin(list(increments)) & (
@@ -83,11 +83,11 @@ def touched_locally(
     return touched.sort_by([("author", "ascending"), ("log_id", "ascending"), ("seq", "ascending")])
 
 
-def reduce_locally(catalog: Catalog, touched: pa.Table, layers: Sequence[str]) -> pa.Table:
+def reduce_locally(catalog: Catalog, touched: pa.Table, store: ds.Dataset | None) -> pa.Table:
     """`reduction.reduce_instance_logs` of the `touched` messages (incremental, in log
     order): every log reduced by `reduce_rows` without owner rows, and the logs that
     looked an owner up reduced again with the owners of what they looked up, found among
-    the creates of `layers`. Streamed: a batch of the messages as Python rows at a time,
+    the creates of the `store`. Streamed: a batch of the messages as Python rows at a time,
     the reduced rows kept as Arrow batches (`REDUCED_ARROW`), as compact as Spark's.
     Rule A-ONCE (docs/semantics.md)."""
     looked_up: set[bytes] = set()
@@ -102,7 +102,7 @@ def reduce_locally(catalog: Catalog, touched: pa.Table, layers: Sequence[str]) -
             else:
                 yield out
         if looking:
-            owners = _owners_of(looked_up, layers)
+            owners = _owners_of(looked_up, store)
             for rows in looking:
                 yield _reduce_log(catalog, rows + _owner_rows(rows, owners), owners_given=True)
 
@@ -132,9 +132,8 @@ def _reduce_log(catalog: Catalog, rows: list[Row], *, owners_given: bool) -> lis
     return reduce_rows(catalog, rows, built, owners_given=owners_given)
 
 
-def _owners_of(instances: set[bytes], layers: Sequence[str]) -> dict[bytes, tuple[bytes, int]]:
+def _owners_of(instances: set[bytes], dataset: ds.Dataset | None) -> dict[bytes, tuple[bytes, int]]:
     """The log of the create of each of `instances` found in the store (`with_owners`)."""
-    dataset = layers_dataset(layers)
     if dataset is None:
         return {}
     wanted = (ds.field("kind") == "create") & ds.field("hash").isin(

@@ -29,6 +29,7 @@ from p2panda_assets.pipeline.local_store import (
     SCHEMA_PARTITIONING,
     layer_filesystem,
     layers_dataset,
+    parquet_dataset,
 )
 from p2panda_assets.pipeline.log_plan import LogPlan
 from p2panda_assets.pipeline.verify import VERIFIED_ARROW
@@ -52,11 +53,11 @@ def read_verified_locally(
     low = state.compacted_through if since is None else since
     parts = []
     if since is None and state.compacted_run is not None:
-        parts.append(_dataset(warehouse.compacted(state.compacted_run), VERIFIED_READ_ARROW))
+        parts.append(parquet_dataset(warehouse.compacted(state.compacted_run), VERIFIED_READ_ARROW))
     ok = ds.field("verdict") == "ok"
     tables = [part.to_table(filter=ok) for part in parts]
     for number in range(low + 1, state.batch + 1):
-        batch = _dataset(warehouse.batch(number), BATCH_FILE_ARROW).to_table(filter=ok)
+        batch = parquet_dataset(warehouse.batch(number), BATCH_FILE_ARROW).to_table(filter=ok)
         numbers = pa.array([number] * batch.num_rows, pa.int32())
         tables.append(batch.append_column("batch", numbers))
     if not tables:
@@ -68,14 +69,9 @@ def count_new_verified(warehouse: Warehouse, since: int, through: int) -> int:
     """How many entries the verified batches after `since` hold, from their files'
     footers (the good and the rejected: a bound on those to chain)."""
     return sum(
-        _dataset(warehouse.batch(number), BATCH_FILE_ARROW).count_rows()
+        parquet_dataset(warehouse.batch(number), BATCH_FILE_ARROW).count_rows()
         for number in range(since + 1, through + 1)
     )
-
-
-def _dataset(path: str, schema: pa.Schema) -> ds.Dataset:
-    filesystem, directory = layer_filesystem(path)
-    return ds.dataset(directory, schema=schema, format="parquet", filesystem=filesystem)
 
 
 def rows_of(table: pa.Table, columns: Sequence[str]) -> list[Row]:

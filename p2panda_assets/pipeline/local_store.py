@@ -68,25 +68,38 @@ def layer_filesystem(root: str) -> tuple[pafs.FileSystem, str]:
         raise LocalReadUnavailable(f"{root}: {error}".splitlines()[0]) from error
 
 
+def readable(root: str) -> bool:
+    """Whether pyarrow can open the warehouse root `root`; if not, the log says why, once."""
+    try:
+        layer_filesystem(root)
+    except LocalReadUnavailable as unavailable:
+        say_once(str(unavailable))
+        return False
+    return True
+
+
+def parquet_dataset(
+    path: str, schema: pa.Schema, partitioning: ds.Partitioning | None = None
+) -> ds.Dataset:
+    """The Parquet files under the directory `path` (any URI `layer_filesystem` opens),
+    read with `schema` imposed."""
+    filesystem, directory = layer_filesystem(path)
+    return ds.dataset(
+        directory,
+        schema=schema,
+        format="parquet",
+        filesystem=filesystem,
+        partitioning=partitioning,
+    )
+
+
 def layers_dataset(layers: Sequence[str]) -> ds.Dataset | None:
     """The messages of the chained `layers` (their root directories) as one dataset with
     `LAYER_ARROW`'s columns, `schema` included (None for no layer)."""
-    parts = []
-    for root in layers:
-        filesystem, path = layer_filesystem(root)
-        parts.append(
-            ds.dataset(
-                path,
-                schema=LAYER_ARROW,
-                format="parquet",
-                filesystem=filesystem,
-                partitioning=SCHEMA_PARTITIONING,
-            )
-        )
+    parts = [parquet_dataset(root, LAYER_ARROW, SCHEMA_PARTITIONING) for root in layers]
     if not parts:
         return None
-    # A list of datasets is their union (pyarrow's docs); the stubs know lists of paths.
-    return ds.dataset(parts)  # type: ignore[arg-type]
+    return ds.dataset(parts)  # a list of datasets is their union
 
 
 DECODED_ARROW = to_arrow_schema(DECODED_SPARK)
@@ -98,11 +111,7 @@ def kinds_counted(paths: Sequence[str]) -> dict[str | None, tuple[int, int]]:
     `decoded_messages` asset reports, read from two narrow columns."""
     counted: dict[str | None, tuple[int, int]] = {}
     for path in paths:
-        filesystem, directory = layer_filesystem(path)
-        dataset = ds.dataset(
-            directory, schema=DECODED_ARROW, format="parquet", filesystem=filesystem
-        )
-        table = dataset.to_table(columns=["kind", "error"])
+        table = parquet_dataset(path, DECODED_ARROW).to_table(columns=["kind", "error"])
         by_kind = table.group_by("kind").aggregate([([], "count_all"), ("error", "count")])
         for row in by_kind.to_pylist():
             n, e = counted.get(row["kind"], (0, 0))
