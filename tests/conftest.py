@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -47,6 +48,30 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         ranks[file_of(item)] = min(ranks.get(file_of(item), 3), rank(item))
     items.sort(key=lambda item: ranks[file_of(item)])  # stable: files stay whole, in order
+
+
+def _dagster_state_storage() -> object | None:
+    """Dagster's current definitions-state storage, if Dagster is loaded at all."""
+    base = sys.modules.get("dagster._core.storage.defs_state.base")
+    return base.DefsStateStorage.get() if base is not None else None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """A test must close every Dagster instance it enters. An entered instance sets
+    Dagster's current definitions-state storage (a context variable); left open, the
+    storage outlives its instance, and any later `materialize` in the same worker fails
+    with "undefined DagsterInstance weakref", far from the test that caused it."""
+    before = _dagster_state_storage()
+    result = yield
+    after = _dagster_state_storage()
+    if after is not before:
+        pytest.fail(
+            f"{item.nodeid} left a Dagster instance entered (a sensor or asset context"
+            " built from an instance ref and never closed?): use it in `with`",
+            pytrace=False,
+        )
+    return result
 
 
 @pytest.fixture(scope="session")

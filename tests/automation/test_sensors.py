@@ -400,6 +400,21 @@ def test_revert_of_a_leaf_schema_requests_it_alone(graph: Graph, conn, tick: Tic
     assert requested(result) == [graph.id("digest")]
 
 
+def daemon_like_context(
+    instance: dg.DagsterInstance, database_url: str
+) -> dg.SensorEvaluationContext:
+    """A sensor context as the daemon builds one: from the instance's ref, with the code
+    location. Use it in `with`: it opens an instance of its own, which sets Dagster's
+    current definitions-state storage until the context is closed; left open, that
+    storage outlives its instance and a later `materialize` in this process fails
+    ("undefined DagsterInstance weakref")."""
+    return dg.build_sensor_context(
+        instance_ref=instance.get_ref(),
+        definitions=defs,
+        resources={"postgres": PostgresResource(url=database_url)},
+    )
+
+
 def test_registration_result_passes_the_daemons_validation(
     conn, instance, database_url: str
 ) -> None:
@@ -408,12 +423,8 @@ def test_registration_result_passes_the_daemons_validation(
     graph = relation_graph()
     publish(conn, graph.fresh())
     register_schemas(conn, graph.id("tag"))
-    context = dg.build_sensor_context(
-        instance_ref=instance.get_ref(),
-        definitions=defs,
-        resources={"postgres": PostgresResource(url=database_url)},
-    )
-    data = schema_registration_sensor.evaluate_tick(context)
+    with daemon_like_context(instance, database_url) as context:
+        data = schema_registration_sensor.evaluate_tick(context)
     [run] = data.run_requests
     assert run.partition_key == graph.id("tag")
     assert run.tags["dagster/partition"] == graph.id("tag")
@@ -512,12 +523,8 @@ def test_a_migrating_tick_passes_the_daemons_validation(conn, instance, database
     publish(conn, graph.fresh())
     key = register_named(conn, graph.id("tag"), "tag")
     instance.add_dynamic_partitions("schemas", [graph.id("tag")])
-    context = dg.build_sensor_context(
-        instance_ref=instance.get_ref(),
-        definitions=defs,
-        resources={"postgres": PostgresResource(url=database_url)},
-    )
-    data = schema_registration_sensor.evaluate_tick(context)
+    with daemon_like_context(instance, database_url) as context:
+        data = schema_registration_sensor.evaluate_tick(context)
     [run] = data.run_requests
     assert run.partition_key == key and run.tags["dagster/partition"] == key
 
