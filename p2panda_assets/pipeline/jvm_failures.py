@@ -53,17 +53,24 @@ def out_of_memory_message(master: str) -> str:
     )
 
 
+# What a job still running says when the JVM's shutdown hook stops its SparkContext: a
+# task ran out of heap, Spark is exiting with 52, and the job's caller hears this first.
+CONTEXT_SHUT_DOWN = "SparkContext was shut down"
+
+
 def ran_out_of_memory(spark: SparkSession, error: BaseException) -> bool:
     """Whether `error`, raised by a call into Spark, says its JVM ran out of heap: the
     JVM's own error names it, or the JVM is gone with Spark's exit code for it. A JVM
-    that answered with another error is alive: its exit is not waited for."""
+    that answered with another error is alive (its exit is not waited for), unless the
+    error cannot be read or says the SparkContext was shut down: the JVM is exiting, and
+    which of its errors reaches Python first is a race."""
     try:
         text = str(error)
     except Exception:  # a Py4JJavaError asks the JVM for its text, and the JVM is gone
         text = ""
     if "java.lang.OutOfMemoryError" in text:
         return True
-    if isinstance(error, Py4JJavaError):
+    if isinstance(error, Py4JJavaError) and text and CONTEXT_SHUT_DOWN not in text:
         return False
     return jvm_exit_code(spark) == SPARK_OOM_EXIT
 
