@@ -41,6 +41,7 @@ from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.jsonlines import BadLine
 from p2panda_assets.protocol.entry import check_payload, decode_entry
 from p2panda_assets.protocol.hashing import DEFAULT_ALGORITHM
+from p2panda_assets.store import accounts, message_index
 
 BATCH_SIZE = 10_000
 # Held (shared) by every ingest transaction, taken exclusively for a moment by the
@@ -69,11 +70,12 @@ CREATE TEMPORARY TABLE IF NOT EXISTS {_STAGING} (
 """
 _COPY_STAGING = f"COPY {_STAGING} FROM STDIN"
 # Ordered by hash so that concurrent ingests of overlapping data cannot deadlock. A
-# replaced copy gets a fresh ingest_seq (it is news to the pipeline), and any accounting
-# of the bad copy is dropped: the entry now waits for verification like a new one. A copy
-# with a wrong payload replaces one too, if its (verdict, message) sorts first in the "C"
-# collation, by code point: as the engine keeps the smallest rejection, so which copy the
-# store holds does not depend on the order the copies arrived in.
+# replaced copy gets a fresh ingest_seq (it is news to the pipeline), and the merge names
+# the replaced entries, whose accounts and index rows `store_round` then drops: the entry
+# waits for verification like a new one. A copy with a wrong payload replaces one too, if
+# its (verdict, message) sorts first in the "C" collation, by code point: as the engine
+# keeps the smallest rejection, so which copy the store holds does not depend on the
+# order the copies arrived in.
 _MERGE = f"""
 WITH written AS (
     INSERT INTO p2panda.entries AS e
@@ -91,14 +93,9 @@ WITH written AS (
             < (e.verdict COLLATE "C", e.verdict_message COLLATE "C")
     )
     RETURNING e.hash, e.xmax = 0 AS inserted, e.verdict
-), unaccounted AS (
-    DELETE FROM p2panda.accounts
-    WHERE hash IN (SELECT hash FROM written WHERE NOT inserted)
-), unindexed AS (
-    DELETE FROM p2panda.message_index
-    WHERE hash IN (SELECT hash FROM written WHERE NOT inserted)
 )
-SELECT count(*) FILTER (WHERE verdict IS NULL), count(*) FILTER (WHERE verdict IS NOT NULL)
+SELECT count(*) FILTER (WHERE verdict IS NULL), count(*) FILTER (WHERE verdict IS NOT NULL),
+    array_agg(hash) FILTER (WHERE NOT inserted)
 FROM written
 """
 # After the merge, the staged copies that were not written and whose payload is not the
@@ -295,12 +292,16 @@ def store_batch(conn: psycopg.Connection, staged: StagedBatch) -> Merged:
 def store_round(conn: psycopg.Connection, round_: Round) -> Merged:
     """Merge one round, and count its copies (rule L-DUPLICATE): written (new, or replacing a
     stored copy with a wrong payload) `accepted` or `rejected` by their verdict; not
-    written, `rejected` as conflicts if their payload is another, else `duplicate`."""
+    written, `rejected` as conflicts if their payload is another, else `duplicate`. What
+    verification derived from a replaced copy (its account, its index row) goes with it."""
     with conn.cursor() as cursor:
         with cursor.copy(_COPY_STAGING) as copy:
             copy.write(round_.copy_text)
         cursor.execute(_MERGE, {"payload_verdicts": list(PAYLOAD_VERDICTS)})
-        good, bad = cursor.fetchone() or (0, 0)
+        good, bad, replaced = cursor.fetchone() or (0, 0, None)
+        if replaced:
+            accounts.forget_replaced_entries(conn, replaced)
+            message_index.forget_replaced_entries(conn, replaced)
         found = []
         if good + bad < len(round_.rows):  # a copy not written: it may conflict
             found = cursor.execute(_CONFLICTS).fetchall()

@@ -1,8 +1,10 @@
 """The data plane's SQL on the product's own tables: its progress row
-(`p2panda.pipeline_state`), the entries it has not verified yet, and what one
-verification or index step writes (message index, accounts, logs), and the sums of each
-chained layer the build plan keeps. The pipeline asks these functions; it writes no SQL
-on `p2panda.*` itself.
+(`p2panda.pipeline_state`, which only this module writes), the entries it has not
+verified yet, and the transactions of one verification or index step, which write the
+message index, accounts, logs and index state through their writers
+(`message_index.py`, `accounts.py`, `logs.py`, `index_state.py`), and the sums of each
+chained layer the build plan keeps (`layer_digests.py`). The pipeline asks these
+functions; it writes no SQL on `p2panda.*` itself.
 """
 
 from __future__ import annotations
@@ -15,10 +17,15 @@ from typing import cast
 
 import psycopg
 from psycopg import sql
-from psycopg.types.json import Jsonb
 
 from p2panda_assets.errors import P2pandaError, Reason
+from p2panda_assets.store import accounts as accounts_sql
+from p2panda_assets.store import index_state as index_state_sql
+from p2panda_assets.store import layer_digests as layer_digests_sql
+from p2panda_assets.store import logs as logs_sql
+from p2panda_assets.store import message_index as message_index_sql
 from p2panda_assets.store.ingest import INGEST_LOCK
+from p2panda_assets.store.logs import LOG_COLUMNS
 from p2panda_assets.store.pipeline_lock import record_holder, waiting_aloud
 
 PIPELINE_LOCK = 0x70326E64  # one verification / index step at a time, across processes
@@ -73,9 +80,9 @@ def restart_verification(conn: psycopg.Connection) -> PipelineState:
     """The columnar store is gone (deleted, or a new root): verify everything again
     into a new directory. What verification derived is dropped with it."""
     with conn.transaction():
-        conn.execute("DELETE FROM p2panda.message_index")
-        conn.execute("DELETE FROM p2panda.accounts WHERE origin = 'verify'")
-        conn.execute("DELETE FROM p2panda.index_state")
+        message_index_sql.forget_message_index(conn)
+        accounts_sql.forget_verification_rejections(conn)
+        index_state_sql.forget_index_state(conn)
         conn.execute(
             "UPDATE p2panda.pipeline_state SET warehouse_token = %s, verified_through = 0,"
             " batch = 0, good_entries = 0, chained_run = NULL, chained_deltas = '{}',"
@@ -174,18 +181,8 @@ def commit_verification(
     schema messages, the accounts of the rejected entries) and move the progress row,
     in one transaction."""
     with conn.transaction():
-        conn.execute(
-            sql.SQL(
-                "INSERT INTO p2panda.message_index SELECT * FROM {} ON CONFLICT (hash) DO NOTHING"
-            ).format(index.identifier)
-        )
-        conn.execute(
-            sql.SQL(
-                "INSERT INTO p2panda.accounts (hash, schema_id, state, reason, message, origin)"
-                " SELECT hash, schema_id, state, reason, message, 'verify' FROM {}"
-                + UPSERT_ACCOUNTS
-            ).format(accounts.identifier)
-        )
+        message_index_sql.add_staged_index(conn, index.identifier)
+        accounts_sql.add_verification_rejections(conn, accounts.identifier)
         conn.execute(
             sql.SQL(
                 "UPDATE p2panda.pipeline_state SET verified_through = %s, batch = %s,"
@@ -204,52 +201,11 @@ def commit_compaction(conn: psycopg.Connection, run: str, through: int) -> None:
     )
 
 
-UPSERT_ACCOUNTS = """
-ON CONFLICT (hash) DO UPDATE SET schema_id = EXCLUDED.schema_id, state = EXCLUDED.state,
-  reason = EXCLUDED.reason, message = EXCLUDED.message, origin = EXCLUDED.origin
-"""
-
-# Entries rejected before their log was classified get the schema of their log.
-_ATTRIBUTE_ACCOUNTS = """
-UPDATE p2panda.accounts a SET schema_id = g.schema_id
-FROM p2panda.entries e JOIN p2panda.logs g ON e.author = g.author AND e.log_id = g.log_id
-WHERE a.hash = e.hash AND a.origin IN ('verify', 'chain') AND a.schema_id IS NULL
-  AND g.schema_id IS NOT NULL
-"""
-
-
-# The columns of a logs row, in the order the index step gives them.
-LOG_COLUMNS = (
-    "author",
-    "log_id",
-    "is_schema",
-    "ref_schema_id",
-    "ref_version",
-    "ref_hash",
-    "schema_id",
-    "assignment",
-    "why_reason",
-    "why_message",
-    "tip_seq",
-    "tip_ended",
-    "clean",
-)
-_COPY_LOGS = sql.SQL("COPY {} ({}) FROM STDIN").format(
-    sql.Identifier("p2panda", "logs"), sql.SQL(", ").join(map(sql.Identifier, LOG_COLUMNS))
-)
-
-
 def replace_logs(conn: psycopg.Connection, logs: Iterable[Sequence[object]]) -> None:
     """The logs table as the index step classified the logs (rows of `LOG_COLUMNS`)."""
     with conn.transaction():
-        conn.execute("DELETE FROM p2panda.logs")
-        _copy_logs(conn, logs)
-
-
-def _copy_logs(conn: psycopg.Connection, logs: Iterable[Sequence[object]]) -> None:
-    with conn.cursor().copy(_COPY_LOGS) as copy:
-        for row in logs:
-            copy.write_row(row)
+        logs_sql.forget_all_logs(conn)
+        logs_sql.copy_logs(conn, logs)
 
 
 def stored_logs(conn: psycopg.Connection) -> list[tuple[object, ...]]:
@@ -309,14 +265,14 @@ def commit_index(
     at this run's chained messages."""
     with conn.transaction():
         replace_logs(conn, logs)
-        conn.execute("DELETE FROM p2panda.accounts WHERE origin IN ('chain', 'schema', 'pending')")
+        accounts_sql.forget_index_accounts(conn)
         _settle_accounts(conn, accounts)
         conn.execute(
             "UPDATE p2panda.pipeline_state SET chained_run = %s, chained_deltas = '{}'"
             " WHERE id = 1",
             (chained_run,),
         )
-        _index_state(conn, fingerprint, batch)
+        index_state_sql.record_index_state(conn, fingerprint, batch)
 
 
 def commit_appended(
@@ -332,42 +288,23 @@ def commit_appended(
     accounts (all again); then point the reduction at the layers, this one's on top."""
     with conn.transaction():
         rows = list(logs)
-        keys = [(row[0], row[1]) for row in rows]
-        conn.execute(
-            "DELETE FROM p2panda.logs l USING unnest(%s::bytea[], %s::numeric[]) AS k(a, i)"
-            " WHERE l.author = k.a AND l.log_id = k.i",
-            ([k[0] for k in keys], [k[1] for k in keys]),
-        )
-        _copy_logs(conn, rows)
-        conn.execute("DELETE FROM p2panda.accounts WHERE origin = 'schema'")
+        logs_sql.forget_logs(conn, [(row[0], row[1]) for row in rows])
+        logs_sql.copy_logs(conn, rows)
+        accounts_sql.forget_schema_log_accounts(conn)
         _settle_accounts(conn, accounts)
         conn.execute(
             "UPDATE p2panda.pipeline_state SET chained_deltas = %s WHERE id = 1",
             (list(chained_deltas),),
         )
-        _index_state(conn, fingerprint, batch)
+        index_state_sql.record_index_state(conn, fingerprint, batch)
 
 
 def _settle_accounts(conn: psycopg.Connection, accounts: Stage) -> None:
     """The staged index accounts in; early rejections attributed to their log's schema."""
-    conn.execute(
-        sql.SQL(
-            "INSERT INTO p2panda.accounts (hash, schema_id, state, reason, message, origin)"
-            " SELECT hash, schema_id, state, reason, message, origin FROM {}" + UPSERT_ACCOUNTS
-        ).format(accounts.identifier)
-    )
-    conn.execute("UPDATE p2panda.accounts SET schema_id = NULL WHERE origin = 'verify'")
-    conn.execute(_ATTRIBUTE_ACCOUNTS)
+    accounts_sql.add_index_accounts(conn, accounts.identifier)
+    accounts_sql.unattribute_verification_rejections(conn)
+    accounts_sql.attribute_early_rejections(conn)
     drop_tables(conn, [accounts])
-
-
-def _index_state(conn: psycopg.Connection, fingerprint: str, batch: int) -> None:
-    conn.execute(
-        "INSERT INTO p2panda.index_state (id, fingerprint, batch) VALUES (1, %s, %s)"
-        " ON CONFLICT (id) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,"
-        " batch = EXCLUDED.batch",
-        (fingerprint, batch),
-    )
 
 
 # The entries verified (every one up to `verified_through`: the store as verification
@@ -401,15 +338,8 @@ def keep_layer_digests(
 ) -> None:
     """Keep `sums` by layer; forget those of layers not in `layers` (the ones read now)."""
     with conn.transaction():
-        conn.execute(
-            "DELETE FROM p2panda.layer_digests WHERE NOT (layer = ANY(%s))", (list(layers),)
-        )
-        with conn.cursor() as cursor:
-            cursor.executemany(
-                "INSERT INTO p2panda.layer_digests (layer, sums) VALUES (%s, %s)"
-                " ON CONFLICT (layer) DO NOTHING",
-                [(layer, Jsonb([list(row) for row in rows])) for layer, rows in sums.items()],
-            )
+        layer_digests_sql.forget_layers_except(conn, layers)
+        layer_digests_sql.add_layer_sums(conn, sums)
 
 
 def verified_fingerprint(conn: psycopg.Connection) -> str:

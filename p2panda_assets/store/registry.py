@@ -1,5 +1,6 @@
 """The registry (`p2panda.schemas`): which schemas are materialized, under which table
 name, and how far each has got; and the per-schema accounting that `panda status` shows.
+Registering writes the registry row through its one writer (`schemas.py`).
 
 Table names come from the schema id, never from the schema's `name` (names are data,
 chosen by strangers, and not unique). Every identifier is composed with
@@ -18,6 +19,7 @@ from psycopg.rows import class_row
 from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.protocol.ids import AUTHOR_SIZE, MAX_U64, format_schema_id, parse_schema_id
 from p2panda_assets.statuses import SchemaStatus
+from p2panda_assets.store import schemas
 from p2panda_assets.store.views import lock_views, refresh_views
 
 DATA_SCHEMA = "p2panda_data"
@@ -139,21 +141,11 @@ def register(
     with conn.transaction():
         lock_views(conn)  # before the registry row, as every view refresh takes them
         _refuse_table_name_collision(conn, schema_id, table_name)
-        row = conn.execute(
-            """
-            INSERT INTO p2panda.schemas
-                (schema_id, author, log_id, registered_name, table_name, status)
-            VALUES (%s, %s, %s, %s, %s, %s)
-            ON CONFLICT (schema_id) DO UPDATE
-                SET registered_name = coalesce(EXCLUDED.registered_name,
-                                               p2panda.schemas.registered_name)
-            RETURNING registered_name, xmax = 0
-            """,
-            (schema_id, author, log_id, name, table_name, SchemaStatus.REGISTERED.value),
-        ).fetchone()
+        registered_name, created = schemas.add_registration(
+            conn, schema_id, author, log_id, name, table_name, SchemaStatus.REGISTERED.value
+        )
         refresh_views(conn)  # a name given or changed may claim or free a view
-    assert row is not None
-    return Registration(schema_id, table_name, row[0], row[1])
+    return Registration(schema_id, table_name, registered_name, created)
 
 
 def registered_schemas(conn: psycopg.Connection) -> list[RegistryRow]:

@@ -4,7 +4,7 @@ in one transaction; the entries it was built from stay.
 What goes: its table (`p2panda_data.s_...`), its version tables (`p2panda_versions`) and
 their rows in `p2panda.schema_versions`, its registry row and its deleted set. The
 accounts its builds wrote (origin `instance`) become what the index step writes for the
-logs of a schema that is not registered (`wait_for_registration`): their entries are
+logs of a schema that is not registered (`accounts.wait_for_registration`): their entries are
 pending, awaiting the schema, rather than applied to a table that is gone, or accounted
 for by nothing (rule A-ONCE). The accounts the verification and index steps wrote stay:
 they describe the entries. `panda status` counts both as "not registered", as any
@@ -13,15 +13,17 @@ dropped first (they depend on the tables) and made again from the registry last,
 the views lock, as a registration does. The entry store is append-only: registering the
 schema again and materializing it builds the same table from the same entries.
 
-Every other schema's next build is whole (`_forget_build_states`): a message of its logs
-may name the unregistered schema, and waits for it now.
+Every other schema's next build is whole (`schemas.forget_build_states`): a message of
+its logs may name the unregistered schema, and waits for it now.
 
 A schema that other registered schemas relate to (their registry row's `upstream` names
 it) is only unregistered with `force`: their tables stay as they are, and their next
 build waits until it is registered again. The caller removes the Dagster partition
 afterwards (`p2panda_assets.partitions_admin`).
 
-Every identifier is composed with `psycopg.sql.Identifier`.
+Every identifier is composed with `psycopg.sql.Identifier`. The transaction is a
+composition: each `p2panda.*` table it changes is written by its own module
+(`schema_versions.py`, `accounts.py`, `deleted_instances.py`, `schemas.py`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ from psycopg import sql
 
 from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.protocol.ids import parse_schema_id
+from p2panda_assets.store import accounts as accounts_sql
+from p2panda_assets.store import deleted_instances as deleted_sql
+from p2panda_assets.store import schema_versions, schemas
 from p2panda_assets.store.pipeline_state import hold_pipeline_lock, release_pipeline_lock
 from p2panda_assets.store.registry import table_identifier
 from p2panda_assets.store.views import create_views, drop_views, lock_views
@@ -122,49 +127,21 @@ def _unregister(conn: psycopg.Connection, schema_id: str, force: bool) -> Unregi
     if related and not force:
         raise P2pandaError(Reason.BAD_INPUT, force_refusal(schema_id, name, related))
     drop_views(conn)  # they depend on the tables
-    versions = conn.execute(
-        "DELETE FROM p2panda.schema_versions WHERE schema_id = %s RETURNING version, table_name",
-        (schema_id,),
-    ).fetchall()
+    versions = schema_versions.forget_versions(conn, schema_id)
     version_tables = [table for _, table in sorted(versions)]
     for table in [table_name, *version_tables]:
         _drop_table(conn, schema_id, table)
-    accounts = wait_for_registration(conn, schema_id)
-    deleted = conn.execute(
-        "DELETE FROM p2panda.deleted_instances WHERE schema_id = %s", (schema_id,)
-    ).rowcount
-    conn.execute("DELETE FROM p2panda.schemas WHERE schema_id = %s", (schema_id,))
-    _forget_build_states(conn)
+    accounts = accounts_sql.wait_for_registration(conn, schema_id)
+    deleted = deleted_sql.forget_deleted_set(conn, schema_id)
+    schemas.forget_schema(conn, schema_id)
+    # Every other schema is built whole next: a message of another schema's log that
+    # names this one was rejected while it was registered (`mixed-log`) and waits for it
+    # now, holding later messages of its instance back; the other schema's messages are
+    # the same, and an increment would keep its rows as they were. Which logs name it is
+    # not known without reading every message; unregistering is rare.
+    schemas.forget_build_states(conn)
     create_views(conn)
     return Unregistered(schema_id, name, table_name, version_tables, accounts, deleted, related)
-
-
-def wait_for_registration(conn: psycopg.Connection, schema_id: str) -> int:
-    """Account the entries the schema's builds accounted for as the index step does
-    those of a schema that is not registered (`engine.corpus.Catalog.resolve`): pending,
-    `awaiting-schema`, under origin `pending`, which the next index step replaces
-    (rule A-ONCE: every stored entry stays accounted for). A rejection stays one: the
-    same entries are rejected again when the schema is registered again. How many were
-    made pending."""
-    states = conn.execute(
-        "UPDATE p2panda.accounts SET origin = 'pending',"
-        " state = CASE WHEN state = 'rejected' THEN state ELSE 'pending' END,"
-        " reason = CASE WHEN state = 'rejected' THEN reason ELSE %s END,"
-        " message = CASE WHEN state = 'rejected' THEN message ELSE %s END"
-        " WHERE origin = 'instance' AND schema_id = %s RETURNING state",
-        (Reason.AWAITING_SCHEMA.value, f"schema {schema_id} is not registered", schema_id),
-    ).fetchall()
-    return sum(state == "pending" for (state,) in states)
-
-
-def _forget_build_states(conn: psycopg.Connection) -> None:
-    """Build every other schema whole next (`pipeline.increments` takes a schema without
-    a recorded state as one to build whole). A message of another schema's log that
-    names the unregistered one was rejected while it was registered (`mixed-log`) and
-    waits for it now, holding later messages of its instance back: the other schema's
-    messages are the same, and an increment would keep its rows as they were. Which
-    logs name it is not known without reading every message; unregistering is rare."""
-    conn.execute("UPDATE p2panda.schemas SET built_state = NULL WHERE built_state IS NOT NULL")
 
 
 def _drop_table(conn: psycopg.Connection, schema_id: str, table_name: str) -> None:

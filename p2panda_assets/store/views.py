@@ -37,6 +37,7 @@ from psycopg import sql
 from p2panda_assets.engine.corpus import Catalog
 from p2panda_assets.engine.lens import Lens
 from p2panda_assets.engine.relations import HashIndex, relation_target
+from p2panda_assets.store import schema_versions, schemas
 from p2panda_assets.store.catalog import load_catalog
 
 API_SCHEMA = "p2panda_api"
@@ -121,19 +122,12 @@ def create_views(conn: psycopg.Connection) -> None:
             else:
                 versions.append((claim.schema_id, claim.version, view_made))
     _comment_views(conn, made)
-    conn.execute("UPDATE p2panda.schemas SET view_name = NULL, view_conflict = NULL")
+    schemas.clear_view_names(conn)
     for schema_id, (view_name, conflict) in current.items():
-        conn.execute(
-            "UPDATE p2panda.schemas SET view_name = %s, view_conflict = %s WHERE schema_id = %s",
-            (view_name, conflict, schema_id),
-        )
-    conn.execute("UPDATE p2panda.schema_versions SET view_name = NULL")
+        schemas.record_view(conn, schema_id, view_name, conflict)
+    schema_versions.clear_view_names(conn)
     for schema_id, version, view_name in versions:
-        conn.execute(
-            "UPDATE p2panda.schema_versions SET view_name = %s"
-            " WHERE schema_id = %s AND version = %s",
-            (view_name, schema_id, version),
-        )
+        schema_versions.record_view_name(conn, schema_id, version, view_name)
 
 
 def refresh_views(conn: psycopg.Connection) -> None:
