@@ -62,8 +62,8 @@ from psycopg.conninfo import make_conninfo
 from spark_events import event_log_config, report  # bench/, beside this script
 
 from p2panda_assets.jsonlines import entry_line, read_entry_lines
+from p2panda_assets.pipeline import building as building_module
 from p2panda_assets.pipeline import index as index_module
-from p2panda_assets.pipeline import materialize as materialize_module
 from p2panda_assets.pipeline import run as run_module
 from p2panda_assets.pipeline.spark import build_session, spark_config, spark_master, warm_up
 from p2panda_assets.protocol.entry import decode_entry
@@ -489,8 +489,8 @@ def timed_stages() -> Iterator[StageTimes]:
         times.wrap(run_module, "run_index", "index"),
         times.wrap(index_module, "verify_new_entries", "verify"),
         times.wrap(run_module, "materialize_schemas", "materialize"),
-        times.wrap(materialize_module, "_build", "whole_builds"),
-        times.wrap(materialize_module, "_build_increments", "incremental_builds"),
+        times.wrap(building_module, "build_whole", "whole_builds"),
+        times.wrap(building_module, "build_increments", "incremental_builds"),
     ]
     try:
         yield times

@@ -98,7 +98,7 @@ def dependents(order: BuildOrder, schema_id: str) -> set[str]:
 def in_build_order(order: BuildOrder, schema_ids: Iterable[str]) -> list[str]:
     """Rule R-ORDER (docs/semantics.md): `schema_ids` upstream first, in the build order,
     then the schemas outside it by id. The one upstream-first ordering: the sensors
-    (`Relations.ordered`), the pipeline (`materialize.ordered`) and `panda materialize`
+    (`Relations.ordered`), the pipeline (`planning.ordered`) and `panda materialize`
     (`orchestration`) order by it."""
     position = {sid: i for i, sid in enumerate(order.order)}
     return sorted(schema_ids, key=lambda s: (position.get(s, len(position)), s))

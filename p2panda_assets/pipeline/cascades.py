@@ -2,7 +2,7 @@
 relation at a deleted instance, upstream (the stored sets of schemas built before) or
 in this build, as `engine.cascade.apply_cascades` decides them. The instances a message
 deletes are flagged already (the reduction's `deleted`): a row is live when neither
-(`materialize._flag_live`).
+(`staging.flag_live`).
 
 Few instances take part: those with a cascade reference, and those a message deleted
 in the schemas the references point at (in bench/pipeline.py's store of 100,000 entries,
@@ -54,7 +54,7 @@ def deleted_instances(
     """The deleted instances (`schema`, `hash`) among the reduced `instances` of
     `schema_ids` (upstream first): at least every one the cascades delete (those a
     message deleted may be left out), and how many rows that is. The frame is read by
-    the flags (`materialize._flag_live`), whose scan also copies the deleted sets."""
+    the flags (`staging.flag_live`), whose scan also copies the deleted sets."""
     targets = {t for s in schema_ids for t in cascade_targets(catalog, s)}
     outside = sorted(t for t in targets if t is not None and t not in schema_ids)
     within = sorted(t for t in targets if t in schema_ids)

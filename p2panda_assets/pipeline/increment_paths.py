@@ -1,6 +1,6 @@
 """The two paths of an incremental build (issue 47's driver path). An increment finds
 the instances its new messages name, reduces their messages again and stages what they
-make; `materialize._build_increments` does that through one of these:
+make; `building.build_increments` does that through one of these:
 
 - `SparkSteps`: Spark jobs over the chained layers, the path of large increments;
 - `DriverSteps`: the same rules in the process that runs the build, with pyarrow
@@ -51,7 +51,7 @@ from p2panda_assets.pipeline.staging import stage_reduced
 from p2panda_assets.statuses import BuildPath
 from p2panda_assets.store.pipeline_state import Stage
 
-# The reduced rows an increment reads in the driver (`materialize._reduced_again`).
+# The reduced rows an increment reads in the driver (`building._reduced_again`).
 COLLECT = ("error", "instance", "before")
 
 

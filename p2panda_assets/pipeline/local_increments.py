@@ -1,5 +1,5 @@
 """The driver path of an incremental build: the relational steps of
-`materialize._build_increments` in the process that runs it, with pyarrow, for a small
+`building.build_increments` in the process that runs it, with pyarrow, for a small
 increment (`increment_paths.choose_steps`). No Spark job is launched.
 
 Every rule is the Spark path's own: each log is reduced by `reduction.reduce_rows`, the
@@ -167,7 +167,7 @@ def _owner_rows(rows: list[Row], owners: Mapping[bytes, tuple[bytes, int]]) -> l
     return found
 
 
-# The reduced rows as the copy reads them (`materialize._stage_reduced`'s columns).
+# The reduced rows as the copy reads them (`staging.stage_reduced`'s columns).
 STAGED_ARROW = arrow_schema(
     [
         ("dest", pa.string()),
@@ -194,7 +194,7 @@ def stage_locally(
     targets: dict[str, Target],
     derived: Sequence[Derived],
 ) -> CopyResult:
-    """`materialize._stage_reduced` of the reduced rows the driver holds: each live
+    """`staging.stage_reduced` of the reduced rows the driver holds: each live
     instance's row into its schema's target, and `derived` (the accounts) from every
     row, by the writer of the Spark path (`copy_locally`), a batch at a time. `gone`:
     the (schema, instance) pairs the cascades left deleted."""

@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 from p2panda_assets.errors import P2pandaError
-from p2panda_assets.pipeline import materialize
+from p2panda_assets.pipeline import building
 from p2panda_assets.pipeline.jvm_failures import jvm_exit_code
 from p2panda_assets.pipeline.run import run_pipeline
 from p2panda_assets.pipeline.spark import build_session, spark_config
@@ -62,7 +62,8 @@ def run(url: str) -> dict[str, object]:
         run_pipeline(spark, conn, url)
         before = pg_tables(conn, schema_ids)
         ingest(conn, corpus.pairs[half:])
-        materialize.reduce_instance_logs = run_out_of_heap_first(materialize.reduce_instance_logs)
+        # The whole build's reduction (`building.build_whole`) calls it from there.
+        building.reduce_instance_logs = run_out_of_heap_first(building.reduce_instance_logs)
         error: dict[str, str] = {}
         try:
             run_pipeline(spark, conn, url)

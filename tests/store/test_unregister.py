@@ -202,8 +202,9 @@ def staged_rows(
 
 def build_by_hand(conn: psycopg.Connection, notes: Notes) -> None:
     """Both schemas registered, with partitions, tables, version-2 tables and views, by
-    the staging and swap calls of `pipeline/materialize.py` `_build`, with the rows,
-    accounts and deleted sets the engine computes."""
+    the staging and swap calls a whole build makes (`pipeline/writing.py`
+    `stage_tables`, `swap_in`), with the rows, accounts and deleted sets the engine
+    computes."""
     engine = reduce_corpus(notes.pairs, {s.schema_id for s in notes.schemas.values()})
     for i, (name, schema) in enumerate(notes.schemas.items()):
         schema_id = schema.schema_id

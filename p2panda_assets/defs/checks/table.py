@@ -39,7 +39,7 @@ from p2panda_assets.engine.values import Value
 from p2panda_assets.errors import Pending
 from p2panda_assets.pipeline.columns import SPARK_TYPES, field_columns, pg_type
 from p2panda_assets.pipeline.jdbc import read_query
-from p2panda_assets.pipeline.materialize import why_pending
+from p2panda_assets.pipeline.planning import why_pending
 from p2panda_assets.protocol.fieldtypes import VARCHAR_MAX_CHARS, BaseType, FieldType
 from p2panda_assets.store.columns import (
     declared_columns,
