@@ -35,22 +35,22 @@ def requested(result: dg.SensorResult) -> list[str]:
     return [r.partition_key for r in result.run_requests]
 
 
-def added(result: dg.SensorResult) -> list[str]:
+def partition_keys(result: dg.SensorResult, kind: type) -> list[str]:
+    """The keys the tick's dynamic-partition requests of `kind` name."""
     return [
         key
         for r in result.dynamic_partitions_requests
-        if isinstance(r, dg.AddDynamicPartitionsRequest)
+        if isinstance(r, kind)
         for key in r.partition_keys
     ]
+
+
+def added(result: dg.SensorResult) -> list[str]:
+    return partition_keys(result, dg.AddDynamicPartitionsRequest)
 
 
 def removed(result: dg.SensorResult) -> list[str]:
-    return [
-        key
-        for r in result.dynamic_partitions_requests
-        if isinstance(r, dg.DeleteDynamicPartitionsRequest)
-        for key in r.partition_keys
-    ]
+    return partition_keys(result, dg.DeleteDynamicPartitionsRequest)
 
 
 @pytest.fixture

@@ -151,16 +151,26 @@ def appended_layers(conn) -> list[str]:
     return list(conn.execute("SELECT chained_deltas FROM p2panda.pipeline_state").fetchone()[0])
 
 
-def test_new_messages_are_added_without_a_whole_build(spark, session_database):
+def five_titles_then_three_changes() -> tuple[
+    CorpusBuilder, SchemaAuthor, list[tuple[bytes, bytes]]
+]:
+    """A schema (title) and one log: five creates (the entries before the increment,
+    also returned), then an update of the first, a delete of the second and a sixth
+    create: three new messages against five, an increment."""
     corpus = CorpusBuilder()
     schema = corpus.author(1).schema(1)
     schema.migrate(create_field("title", "varchar", default="none"))
     log = instances(corpus.author(2), 1)
-    first, second, *_ = [log.create(schema.ref(), title=t) for t in ("a", "b", "c", "d", "e")]
+    first, second, *_ = [log.create(schema.ref(), title=t) for t in "abcde"]
     early = list(corpus.pairs)
     log.update(schema.ref(), first, title="A")
     log.delete(second)
     log.create(schema.ref(), title="f")
+    return corpus, schema, early
+
+
+def test_new_messages_are_added_without_a_whole_build(spark, session_database):
+    corpus, schema, early = five_titles_then_three_changes()
     with empty_store(session_database) as conn:
         ingest(conn, early)
         register(conn, *parse_schema_id(schema.schema_id), None)
@@ -191,15 +201,7 @@ def test_an_increment_takes_its_path_by_size(
     else:
         for name in DRIVER_PATH_ENVS:
             monkeypatch.setenv(name, driver_path_up_to)
-    corpus = CorpusBuilder()
-    schema = corpus.author(1).schema(1)
-    schema.migrate(create_field("title", "varchar", default="none"))
-    log = instances(corpus.author(2), 1)
-    first, second, *_ = [log.create(schema.ref(), title=t) for t in "abcde"]
-    early = list(corpus.pairs)
-    log.update(schema.ref(), first, title="A")
-    log.delete(second)
-    log.create(schema.ref(), title="f")
+    corpus, schema, early = five_titles_then_three_changes()
     with empty_store(session_database) as conn:
         ingest(conn, early)
         register(conn, *parse_schema_id(schema.schema_id), None)
