@@ -1,4 +1,4 @@
-"""What the class-data archive (`p2panda_assets.pipeline.class_archive`) saves a cold
+"""What the class-data archive (`p2panda_assets.pipeline.spark.class_archive`) saves a cold
 start: pairs of the same command with the archive turned off and on, in turn, in one run.
 
 - `session`: a new Python process starts the product's Spark session, starts its Python
@@ -23,11 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from p2panda_assets.pipeline.class_archive import ARCHIVE_ENV, OFF, archive_path
+from p2panda_assets.pipeline.spark.class_archive import ARCHIVE_ENV, OFF, archive_path
 
 PANDA = Path(sys.executable).parent / "panda"
 SESSION = (
-    "from p2panda_assets.pipeline.spark import build_session, warm_up\n"
+    "from p2panda_assets.pipeline.spark.session import build_session, warm_up\n"
     "spark = build_session(); warm_up(spark); spark.range(1000).selectExpr('sum(id)').collect()"
 )
 
@@ -55,7 +55,8 @@ def main() -> None:
     archive = archive_path()
     if archive is None or not archive.is_file():
         sys.exit(
-            "no class archive: run `.venv/bin/python -m p2panda_assets.pipeline.class_archive`"
+            "no class archive: run"
+            " `.venv/bin/python -m p2panda_assets.pipeline.spark.class_archive`"
         )
     base = {
         k: v for k, v in os.environ.items() if k not in ("P2PANDA_DATABASE_URL", "DAGSTER_HOME")

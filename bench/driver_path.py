@@ -35,9 +35,9 @@ from pipeline import (  # bench/, beside this script
     split_for_increment,
 )
 
-from p2panda_assets.pipeline.local_store import DRIVER_PATH_ENVS
+from p2panda_assets.pipeline.columnar.arrow_io import DRIVER_PATH_ENVS
 from p2panda_assets.pipeline.run import run_pipeline
-from p2panda_assets.pipeline.spark import build_session, spark_config, warm_up
+from p2panda_assets.pipeline.spark.session import build_session, spark_config, warm_up
 from p2panda_assets.store.database import ensure_schema
 from p2panda_assets.store.ingest import ingest
 

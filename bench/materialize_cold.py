@@ -1,6 +1,6 @@
 """What compiling with C1 alone saves a cold `panda materialize` of a small store: pairs of
 the same command on the same store, the product's choice (C1 alone: `compiled_for_a_short_run`
-in `p2panda_assets/pipeline/spark.py`) against both compilers (`-XX:TieredStopAtLevel=4`
+in `p2panda_assets/pipeline/spark/session.py`) against both compilers (`-XX:TieredStopAtLevel=4`
 in P2PANDA_SPARK_JAVA_OPTIONS, which comes after the product's options), in turn.
 
 Each sample is a new P2PANDA_HOME (its embedded PostgreSQL) holding a small corpus (three
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import psycopg
 
-from p2panda_assets.pipeline.spark import JAVA_OPTIONS_ENV
+from p2panda_assets.pipeline.spark.session import JAVA_OPTIONS_ENV
 from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store.database import ensure_schema
 from p2panda_assets.store.embedded import ensure_embedded, stop_embedded

@@ -13,7 +13,7 @@ part of the measured `seconds`.
 `seconds` is ingest (the cache file through `store.ingest`) + registration +
 `run_pipeline`, on a fresh database: a new one on the server `P2PANDA_DATABASE_URL`
 names, else on an embedded server in a temporary `$P2PANDA_HOME`, stopped at the end.
-The Spark session is started and warmed up (`pipeline.spark.warm_up`) before, as the
+The Spark session is started and warmed up (`pipeline.spark.session.warm_up`) before, as the
 resident worker does before its first run: `session_s`, not counted.
 `SPARK_MASTER`, `P2PANDA_SHUFFLE_PARTITIONS`, `P2PANDA_ENTRIES_PER_PARTITION` and
 `P2PANDA_DRIVER_MEMORY` apply as usual.
@@ -62,10 +62,10 @@ from psycopg.conninfo import make_conninfo
 from spark_events import event_log_config, report  # bench/, beside this script
 
 from p2panda_assets.jsonlines import entry_line, read_entry_lines
-from p2panda_assets.pipeline import building as building_module
-from p2panda_assets.pipeline import index as index_module
 from p2panda_assets.pipeline import run as run_module
-from p2panda_assets.pipeline.spark import build_session, spark_config, spark_master, warm_up
+from p2panda_assets.pipeline.build import building as building_module
+from p2panda_assets.pipeline.index import step as index_module
+from p2panda_assets.pipeline.spark.session import build_session, spark_config, spark_master, warm_up
 from p2panda_assets.protocol.entry import decode_entry
 from p2panda_assets.store.database import DATABASE_URL_ENV, connect, ensure_schema
 from p2panda_assets.store.embedded import ensure_embedded, layout, stop_embedded

@@ -2,7 +2,7 @@
 after each of `--steps` ingests of a growing store (the corpus of
 bench/materialize_cold.py, 123 entries in three schemas), in one warm session, as the
 sensors' runs in the resident worker are; the product's step settings (AQE off on a
-small store, `pipeline/spark.py` `step_settings`) against the same with AQE left on. The
+small store, `pipeline/spark/session.py` `step_settings`) against the same with AQE left on. The
 two ways take turns, each on the store emptied again, after one pass that warms the JVM.
 
     .venv/bin/python bench/small_runs.py [--pairs 2] [--steps 12]
@@ -25,9 +25,9 @@ import psycopg
 from materialize_cold import small_corpus  # bench/materialize_cold.py, beside this script
 from pyspark.sql import SparkSession
 
-from p2panda_assets.pipeline import spark as spark_settings
 from p2panda_assets.pipeline.run import run_pipeline
-from p2panda_assets.pipeline.spark import build_session, spark_config, warm_up
+from p2panda_assets.pipeline.spark import session as spark_settings
+from p2panda_assets.pipeline.spark.session import build_session, spark_config, warm_up
 from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store.database import ensure_schema
 from p2panda_assets.store.embedded import ensure_embedded, stop_embedded

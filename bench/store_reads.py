@@ -2,7 +2,7 @@
 it was read before, in the same session (median seconds to read and count).
 
 Chained layers: the first layer with its known schema, the later ones in one more scan
-(`pipeline.layers.read_layers`), against a read with Spark's partition discovery and
+(`pipeline.columnar.layers.read_layers`), against a read with Spark's partition discovery and
 schema inference per layer and a union of them. A sensor's run appends a layer, and an
 index step keeps up to `MAX_LAYERS` of them before it chains everything into one again;
 every run reads them several times (the decoded asset and its check, the reduction, the
@@ -10,12 +10,12 @@ tips of continued logs). Each layer is written as the index step writes it: 20 s
 rows each, as a one-entry run leaves them.
 
 New verified batches: the newest batch's directory alone
-(`pipeline.verify.read_new_verified`), against the entries' root filtered on the batch
+(`pipeline.index.verify.read_new_verified`), against the entries' root filtered on the batch
 number, which lists every batch ever verified. Each run that verifies something adds a
 batch: a store the sensors kept up to date for a day holds thousands.
 
 All verified batches, as an index step that chains everything reads them: compacted into
-one directory (`pipeline.verify.write_compacted`, its time printed once as
+one directory (`pipeline.index.verify.write_compacted`, its time printed once as
 `compaction_s`), against the entries' root with a directory per batch.
 
     .venv/bin/python bench/store_reads.py [--layers 1 6 12] [--batches 10 200 2000]
@@ -34,16 +34,16 @@ from dataclasses import replace
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from p2panda_assets.pipeline.index import MAX_LAYERS
-from p2panda_assets.pipeline.layers import read_layers
-from p2panda_assets.pipeline.spark import build_session, warm_up
-from p2panda_assets.pipeline.verify import (
+from p2panda_assets.pipeline.columnar.layers import read_layers
+from p2panda_assets.pipeline.columnar.warehouse import Warehouse, remove
+from p2panda_assets.pipeline.index.step import MAX_LAYERS
+from p2panda_assets.pipeline.index.verify import (
     VERIFIED_READ,
     read_new_verified,
     read_verified,
     write_compacted,
 )
-from p2panda_assets.pipeline.warehouse import Warehouse, remove
+from p2panda_assets.pipeline.spark.session import build_session, warm_up
 from p2panda_assets.store.pipeline_state import PipelineState
 from p2panda_assets.testing.warehouse import write_layer, write_rejected_batch
 

@@ -94,10 +94,10 @@ class Reason(StrEnum):
     INTERNAL = "internal"  # a failure of the product itself (a bug, or a refused write)
     BUSY = "busy"  # another run holds the pipeline lock for too long
     # A run's Spark work that cannot finish: it fails, and frees the run queue and the
-    # pipeline lock, instead of holding them until someone kills it (pipeline.watchdog).
+    # pipeline lock, instead of holding them until someone kills it (pipeline.spark.watchdog).
     NO_EXECUTORS = "no-executors"  # a Spark job waited too long with no executor to run on
     STALLED = "stalled"  # a Spark job's tasks made no progress for too long
-    OUT_OF_MEMORY = "out-of-memory"  # Spark's JVM ran out of heap (pipeline.jvm_failures)
+    OUT_OF_MEMORY = "out-of-memory"  # Spark's JVM ran out of heap (pipeline.spark.jvm_failures)
     # --- pending: what an entry waits for -------------------------------------------
     AWAITING_ENTRY = "awaiting-entry"  # an earlier entry of its log has not arrived
     AWAITING_SCHEMA = "awaiting-schema"  # the schema (log) is not known or registered

@@ -32,7 +32,7 @@ class Failpoint(StrEnum):
     STAGED = "staged"  # every table of the build is loaded into staging, none swapped
     SWAPPING = "swapping"  # inside a swap's transaction, the new table in place
     # A Spark task's rows are committed, its result not yet given: the first attempt of
-    # each task that writes to PostgreSQL (`pipeline.once_per_task`) dies there.
+    # each task that writes to PostgreSQL (`pipeline.postgres.once_per_task`) dies there.
     TASK_COMMITTED = "task-committed"
 
 

@@ -56,7 +56,7 @@ def a_short_run() -> Iterator[None]:
     """Around a command that starts its own Spark session for a few runs (`panda
     materialize`): the driver JVM compiled for the store's size
     (`compiled_for_a_short_run`)."""
-    from p2panda_assets.pipeline.spark import compiled_for_a_short_run
+    from p2panda_assets.pipeline.spark.session import compiled_for_a_short_run
     from p2panda_assets.store.pipeline_state import entries_at_most
 
     prepare_environment()
@@ -142,7 +142,7 @@ def materialize(schema_ids: list[str] | None = None) -> Materialized:
 
 def materialize_as_of(schema_id: str, version: int) -> None:
     """Build the table of a registered schema as it was at `version`, beside the current
-    one (job `materialize_as_of_version`); `pipeline.as_of` says what that means."""
+    one (job `materialize_as_of_version`); `pipeline.build.as_of` says what that means."""
     from p2panda_assets.definitions import defs
 
     prepare_environment()

@@ -37,7 +37,7 @@ class BuildStatus(StrEnum):
 
 
 class BuildPath(StrEnum):
-    """Where a build's data work ran (`pipeline.increment_paths`)."""
+    """Where a build's data work ran (`pipeline.build.paths`)."""
 
     SPARK = "spark"  # Spark jobs: whole builds, large increments
     DRIVER = "driver"  # the process running the build, with pyarrow: small increments

@@ -147,7 +147,7 @@ def spark() -> Iterator[SparkSession]:
     """One local session (it takes seconds to start), started before Dagster's
     PySparkResource asks for one: there is one SparkContext per JVM, so its getOrCreate
     returns this session. Imported here, so the Spark-free suite never loads PySpark."""
-    from p2panda_assets.pipeline.spark import build_session, spark_config
+    from p2panda_assets.pipeline.spark.session import build_session, spark_config
 
     session = build_session(spark_config("local[2]"))
     yield session

@@ -27,20 +27,20 @@ def end(execution_id: int, time_ms: int) -> str:
 
 def test_executions_are_summed_by_call_site_largest_first() -> None:
     lines = [
-        start(0, 1_000, "collect at /work/x/p2panda_assets/pipeline/copy.py:152"),
+        start(0, 1_000, "collect at /work/x/p2panda_assets/pipeline/postgres/copy.py:152"),
         start(1, 1_500, "parquet at NativeMethodAccessorImpl.java:0"),
         end(1, 5_500),
         end(0, 2_000),
-        start(2, 6_000, "collect at /elsewhere/p2panda_assets/pipeline/copy.py:152"),
+        start(2, 6_000, "collect at /elsewhere/p2panda_assets/pipeline/postgres/copy.py:152"),
         end(2, 6_250),
-        start(3, 7_000, "collect at /x/p2panda_assets/pipeline/index.py:1"),  # never ended
+        start(3, 7_000, "collect at /x/p2panda_assets/pipeline/index/step.py:1"),  # never ended
         json.dumps({"Event": "SparkListenerJobStart", "Job ID": 0}),
     ]
     found = executions(iter(lines))
     assert [e.started_ms for e in found] == [1_000, 1_500, 6_000]
     assert by_site(found) == [
         ("parquet at NativeMethodAccessorImpl.java:0", 4.0, 1),
-        ("collect at p2panda_assets/pipeline/copy.py:152", 1.25, 2),
+        ("collect at p2panda_assets/pipeline/postgres/copy.py:152", 1.25, 2),
     ]
 
 

@@ -22,8 +22,8 @@ from psycopg.pq import Format
 
 import p2panda_assets
 from p2panda_assets.engine import conversion, validation, values
-from p2panda_assets.pipeline.columns import PG_TYPES, SPARK_TYPES, pg_type
-from p2panda_assets.pipeline.copy import copy_type
+from p2panda_assets.pipeline.build.columns import PG_TYPES, SPARK_TYPES, pg_type
+from p2panda_assets.pipeline.postgres.copy import copy_type
 from p2panda_assets.protocol.fieldtypes import BaseType, FieldType
 from p2panda_assets.store.columns import format_type_spelling
 
@@ -62,8 +62,8 @@ CHECKED: dict[str, Callable[[object], list[str]]] = {
     "p2panda_assets.engine.values._JSON": covers_every_type,  # `panda preview`
     "p2panda_assets.engine.conversion.SCALAR_RULES": converts_through_text,
     "p2panda_assets.engine.validation.VALIDATED_BASES": some_of_the_types,
-    "p2panda_assets.pipeline.columns.PG_TYPES": covers_every_type,
-    "p2panda_assets.pipeline.columns.SPARK_TYPES": covers_every_type,  # the table checks
+    "p2panda_assets.pipeline.build.columns.PG_TYPES": covers_every_type,
+    "p2panda_assets.pipeline.build.columns.SPARK_TYPES": covers_every_type,  # the table checks
 }
 
 
@@ -87,8 +87,8 @@ def test_the_checked_tables_are_the_ones_the_tests_import() -> None:
         validation.VALIDATED_BASES
     )
     assert imported("p2panda_assets.engine.values._JSON") is values._JSON
-    assert imported("p2panda_assets.pipeline.columns.PG_TYPES") is PG_TYPES
-    assert imported("p2panda_assets.pipeline.columns.SPARK_TYPES") is SPARK_TYPES
+    assert imported("p2panda_assets.pipeline.build.columns.PG_TYPES") is PG_TYPES
+    assert imported("p2panda_assets.pipeline.build.columns.SPARK_TYPES") is SPARK_TYPES
 
 
 # --- finding the tables in the source ------------------------------------------------
@@ -192,7 +192,7 @@ def later():
 
 @pytest.mark.parametrize("ftype", EVERY_TYPE, ids=str)
 def test_psycopg_can_copy_every_type_in_binary(ftype: FieldType) -> None:
-    """pipeline/copy.py names each column's type to psycopg's binary COPY as
+    """pipeline/postgres/copy.py names each column's type to psycopg's binary COPY as
     `copy_type` spells it: psycopg must know the name and dump it in binary."""
     oid = psycopg.adapters.types.get_oid(copy_type(pg_type(ftype)))
     assert psycopg.adapters.get_dumper_by_oid(oid, Format.BINARY) is not None

@@ -1,5 +1,5 @@
 """The job `materialize_as_of_version`: a schema's table as it was at version N, built
-beside the current table (`pipeline.as_of`). Launch it from the UI's launchpad with
+beside the current table (`pipeline.build.as_of`). Launch it from the UI's launchpad with
 
     ops: {build_version_table: {config: {schema_id: "<author hex>-<log id>", version: N}}}
 
@@ -13,7 +13,7 @@ from dagster_pyspark import PySparkResource
 from p2panda_assets.defs.assets import QUEUE_TAG
 from p2panda_assets.defs.resources import PostgresResource
 from p2panda_assets.errors import P2pandaError
-from p2panda_assets.pipeline.as_of import materialize_as_of
+from p2panda_assets.pipeline.build.as_of import materialize_as_of
 from p2panda_assets.statuses import BuildStatus
 
 

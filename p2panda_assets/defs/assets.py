@@ -31,12 +31,12 @@ from p2panda_assets.engine.compatibility import history_compatibility
 from p2panda_assets.engine.corpus import Catalog
 from p2panda_assets.engine.relations import BuildOrder
 from p2panda_assets.errors import P2pandaError, Reason
-from p2panda_assets.pipeline.columns import pg_type
-from p2panda_assets.pipeline.index import last_index, run_index
-from p2panda_assets.pipeline.layers import decoded_paths, read_schema_layers
-from p2panda_assets.pipeline.local_store import LocalReadUnavailable, kinds_counted, say_once
+from p2panda_assets.pipeline.build.columns import pg_type
+from p2panda_assets.pipeline.columnar.arrow_io import LocalReadUnavailable, kinds_counted, say_once
+from p2panda_assets.pipeline.columnar.layers import decoded_paths, read_schema_layers
+from p2panda_assets.pipeline.index.step import last_index, run_index
 from p2panda_assets.pipeline.materialize import materialize_schemas
-from p2panda_assets.pipeline.watchdog import watched
+from p2panda_assets.pipeline.spark.watchdog import watched
 from p2panda_assets.protocol.ids import checked_schema_id
 from p2panda_assets.statuses import BUILT, BuildStatus
 from p2panda_assets.store.catalog import registered_schemas, stored_catalog
@@ -102,7 +102,7 @@ def raw_entries(
             "logs_in_store": result.logs,
             "index_up_to_date": result.up_to_date,
             # Where the index step ran: Spark jobs, or the driver path for few entries
-            # (pipeline.index_paths); none when nothing was new.
+            # (pipeline.index.paths); none when nothing was new.
             "index_path": str(result.path) if result.path is not None else "none",
         }
     )
@@ -282,10 +282,10 @@ def materialized_table(
         metadata={
             "schema_name": name,
             "status": str(outcome.status),
-            # Only the instances new messages name were reduced again (pipeline.increments).
+            # Only the instances new messages name were reduced again (pipeline.build.increments).
             "incremental": outcome.incremental,
             # Where this run built it: Spark jobs, or the driver path of a small increment
-            # (pipeline.increment_paths); none for a table left as it was.
+            # (pipeline.build.paths); none for a table left as it was.
             "build_path": str(outcome.path) if outcome.path is not None else "none",
             BUILT_FROM: index.fingerprint,  # an unchanged table was built from it too
             "table": outcome.table_name,

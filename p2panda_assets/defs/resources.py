@@ -12,8 +12,8 @@ from dagster_pyspark import PySparkResource
 from pydantic import PrivateAttr
 
 from p2panda_assets.defs.partitions import PARTITION_TAG, schema_id_of
-from p2panda_assets.pipeline.jdbc import Jdbc
-from p2panda_assets.pipeline.spark import spark_config, use_this_python
+from p2panda_assets.pipeline.postgres.jdbc import Jdbc
+from p2panda_assets.pipeline.spark.session import spark_config, use_this_python
 from p2panda_assets.store.database import connect, database_url, ensure_schema, jdbc_options
 from p2panda_assets.store.pipeline_lock import label_session
 

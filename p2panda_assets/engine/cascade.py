@@ -33,8 +33,8 @@ def apply_cascades(
 ) -> set[bytes]:
     """Rule R-CASCADE-DELETE (docs/semantics.md): mark cascade-deleted instances in
     place, to a fixpoint for a schema relating to itself; return every deleted
-    instance id. The pipeline settles the same rule in `pipeline.increments` and
-    `pipeline.cascades` (the doc's `also:` line names them and their parity tests)."""
+    instance id. The pipeline settles the same rule in `pipeline.build.increments` and
+    `pipeline.build.cascades` (the doc's `also:` line names them and their parity tests)."""
     deleted = {i.id for i in instances.values() if i.deleted_by is not None}
     cascades = cascade_fields(history.lens, hash_index)
     if not cascades:

@@ -1,14 +1,14 @@
 """Materializing many schemas in one Spark job: the entry point, which takes the
 pipeline lock, sizes the session for the store, and wires the three steps together.
 
-- `pipeline.planning`: which schemas build, in what order, which wait and why, and
+- `pipeline.build.planning`: which schemas build, in what order, which wait and why, and
   which only add what is new;
-- `pipeline.building`: the reduction, the whole builds (those others cascade from
+- `pipeline.build.building`: the reduction, the whole builds (those others cascade from
   first), the increments, the cascades settled;
-- `pipeline.writing`: the staging tables, the rows copied into them, the swaps, and a
+- `pipeline.build.writing`: the staging tables, the rows copied into them, the swaps, and a
   schema whose write fails failing alone (recorded `failed`, its old table kept).
 
-Each step takes the build's `BuildContext` (`pipeline.build_context`). The same steps
+Each step takes the build's `BuildContext` (`pipeline.context`). The same steps
 build a lens in time (`as_of`): the table as it was at an older version of the schema,
 beside the current one, from the same immutable messages.
 """
@@ -22,11 +22,11 @@ import psycopg
 from pyspark.sql import SparkSession
 
 from p2panda_assets.engine.corpus import Catalog
-from p2panda_assets.pipeline import building, planning
-from p2panda_assets.pipeline.build_context import BuildContext
-from p2panda_assets.pipeline.index import IndexResult
-from p2panda_assets.pipeline.jvm_failures import jvm_failures_explained
-from p2panda_assets.pipeline.spark import sized_for_the_store
+from p2panda_assets.pipeline.build import building, planning
+from p2panda_assets.pipeline.context import BuildContext
+from p2panda_assets.pipeline.index.step import IndexResult
+from p2panda_assets.pipeline.spark.jvm_failures import jvm_failures_explained
+from p2panda_assets.pipeline.spark.session import sized_for_the_store
 from p2panda_assets.store.pipeline_state import (
     count_good_entries,
     hold_pipeline_lock,

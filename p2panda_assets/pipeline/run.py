@@ -7,9 +7,9 @@ from __future__ import annotations
 import psycopg
 from pyspark.sql import SparkSession
 
-from p2panda_assets.pipeline.index import run_index
+from p2panda_assets.pipeline.index.step import run_index
 from p2panda_assets.pipeline.materialize import materialize_schemas
-from p2panda_assets.pipeline.watchdog import watched
+from p2panda_assets.pipeline.spark.watchdog import watched
 from p2panda_assets.store.tables import Outcome
 
 

@@ -53,7 +53,7 @@ class Linked(Protocol):
 @dataclass(frozen=True, slots=True)
 class EntryLinks:
     """The part of a verified entry the chain rules read, as the columnar store keeps it
-    (`pipeline.verify`): chaining needs neither the entry's bytes nor a second decode."""
+    (`pipeline.index.verify`): chaining needs neither the entry's bytes nor a second decode."""
 
     seq_num: int
     hash: bytes

@@ -51,8 +51,8 @@ def warm_up() -> None:
     reason (`watchdog.watched`) instead of waiting behind a worker that never serves."""
     import p2panda_assets.definitions  # noqa: F401 - the import is the point
     from p2panda_assets.errors import P2pandaError
-    from p2panda_assets.pipeline import spark
-    from p2panda_assets.pipeline.watchdog import watched
+    from p2panda_assets.pipeline.spark import session as spark
+    from p2panda_assets.pipeline.spark.watchdog import watched
 
     session = spark.build_session(spark.spark_config())
     try:

@@ -147,11 +147,11 @@ ALTER TABLE p2panda.schemas ADD COLUMN IF NOT EXISTS built_fingerprint text;
 -- What the table was built from, for the next build to add only what is new: the newest
 -- verified batch it saw, a digest of its messages, and a key of its lens (BuildState).
 ALTER TABLE p2panda.schemas ADD COLUMN IF NOT EXISTS built_state jsonb;
--- Whether the last build added to the table (pipeline/increments.py) or built it whole.
+-- Whether the last build added to the table (pipeline/build/increments.py) or built it whole.
 ALTER TABLE p2panda.schemas ADD COLUMN IF NOT EXISTS built_incrementally boolean NOT NULL
     DEFAULT false;
 -- Where the last build ran: `spark` (Spark jobs) or `driver` (the driver path of a small
--- increment, pipeline/increment_paths.py); NULL before it was recorded.
+-- increment, pipeline/build/paths.py); NULL before it was recorded.
 ALTER TABLE p2panda.schemas ADD COLUMN IF NOT EXISTS built_path text;
 -- Where each log stands, so that the next index step continues it from its tip instead
 -- of chaining it again: its last accepted seq, whether that entry ended the log, whether
@@ -199,7 +199,7 @@ ALTER TABLE p2panda.message_index DROP CONSTRAINT IF EXISTS message_index_hash_f
 ALTER TABLE p2panda.accounts DROP CONSTRAINT IF EXISTS accounts_hash_fkey;
 
 -- What each chained layer of the columnar store holds, summed for the build plan's
--- digests (pipeline/increments.py): per schema, assigned to it or not, and verified batch,
+-- digests (pipeline/build/increments.py): per schema, assigned to it or not, and verified batch,
 -- a count and a sum of hash bits. A layer is written once, under a name of its own, so its
 -- sums never change; the rows of layers no longer read are deleted when new sums are kept.
 CREATE TABLE IF NOT EXISTS p2panda.layer_digests (

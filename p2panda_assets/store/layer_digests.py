@@ -1,5 +1,5 @@
 """The one writer of `p2panda.layer_digests`: the sums of each chained layer of the
-columnar store, which the build plan's digests add up (`pipeline.increments`).
+columnar store, which the build plan's digests add up (`pipeline.build.increments`).
 
 A layer is written once under a name of its own, so its sums never change: they are
 only added, and forgotten when the layer is no longer read. Both statements are here;

@@ -370,7 +370,7 @@ def current_index(conn: psycopg.Connection) -> str | None:
     committed since the last verification, and the index made from what was verified
     and from the schemas registered now. None if there is something to do. The columnar
     store's files are not looked at: if they are gone, the next run that has something
-    to do verifies everything again (`pipeline.verify.current_warehouse`)."""
+    to do verifies everything again (`pipeline.index.verify.current_warehouse`)."""
     state = pipeline_state(conn)
     if count_new_entries(conn, state.verified_through, committed_bound(conn)):
         return None

@@ -120,7 +120,7 @@ def forget_schema(conn: psycopg.Connection, schema_id: str) -> None:
 
 def forget_build_states(conn: psycopg.Connection) -> None:
     """No table's build state is known: the next build of every schema is whole
-    (`pipeline.increments` takes a schema without one as one to build whole)."""
+    (`pipeline.build.increments` takes a schema without one as one to build whole)."""
     conn.execute("UPDATE p2panda.schemas SET built_state = NULL WHERE built_state IS NOT NULL")
 
 

@@ -57,7 +57,7 @@ class Outcome:
     name: str | None = None  # the schema's own name, from its meta message
     description: str | None = None
     migrations: dict[str, str] = field(default_factory=dict)  # version -> safe | lossy
-    incremental: bool = False  # built by adding what is new (`pipeline.increments`)
+    incremental: bool = False  # built by adding what is new (`pipeline.build.increments`)
     path: BuildPath | None = None  # where its build ran; None: nothing built
 
 
@@ -69,7 +69,7 @@ class BuildState:
     they were when the table was written (`deleted`, `deleted_key`; None before). A
     later build that finds the same digest for those batches, the same lens key and the
     same deleted sets adds only the instances that messages of later batches name
-    (`pipeline.increments`)."""
+    (`pipeline.build.increments`)."""
 
     batch: int
     digest: str

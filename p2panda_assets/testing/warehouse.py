@@ -1,5 +1,5 @@
 """Columnar-store files as the pipeline writes them, for the tests and benchmarks of
-its reads (`pipeline.layers.read_layers`, `pipeline.verify.read_new_verified`)."""
+its reads (`pipeline.columnar.layers.read_layers`, `pipeline.index.verify.read_new_verified`)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
-from p2panda_assets.pipeline.layers import LAYER_SPARK
-from p2panda_assets.pipeline.verify import VERIFIED_ARROW, verify_rows
-from p2panda_assets.pipeline.warehouse import Warehouse
+from p2panda_assets.pipeline.columnar.layers import LAYER_SPARK
+from p2panda_assets.pipeline.columnar.warehouse import Warehouse
+from p2panda_assets.pipeline.index.verify import VERIFIED_ARROW, verify_rows
 
 
 def write_layer(

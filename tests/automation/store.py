@@ -14,7 +14,7 @@ from itertools import groupby
 import psycopg
 
 from p2panda_assets.engine.corpus import SCHEMA_KINDS, Catalog, chain_log, check_record
-from p2panda_assets.pipeline.log_plan import log_rows
+from p2panda_assets.pipeline.index.log_plan import log_rows
 from p2panda_assets.protocol.entry import decode_entry
 from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.protocol.message_index import message_index

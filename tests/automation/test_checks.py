@@ -26,7 +26,7 @@ from p2panda_assets.defs.checks import (
     table_matches_the_current_lens,
 )
 from p2panda_assets.defs.resources import PostgresResource
-from p2panda_assets.pipeline.spark import spark_config
+from p2panda_assets.pipeline.spark.session import spark_config
 from p2panda_assets.store.database import DATABASE_URL_ENV, connect, ensure_schema
 from p2panda_assets.store.registry import table_name_for
 from p2panda_assets.store.views import create_views, drop_views
@@ -153,8 +153,8 @@ def test_checks_that_guard_data_flowing_on_are_blocking() -> None:
 def local_decoded_path(url: str, schema_id: str) -> Path:
     """Where the index step wrote the schema's chained messages (a local path; the store
     here is indexed once, in one layer)."""
-    from p2panda_assets.pipeline.layers import decoded_paths
-    from p2panda_assets.pipeline.spark import build_session
+    from p2panda_assets.pipeline.columnar.layers import decoded_paths
+    from p2panda_assets.pipeline.spark.session import build_session
 
     with connect(url, autocommit=True) as conn:
         (found,) = decoded_paths(build_session(), conn, schema_id)
@@ -181,8 +181,8 @@ def tampered_parquet(store: Store, schema_id: str, tamper) -> Iterator[None]:
 def test_the_decoded_parquet_is_written_as_it_is_read(store: Store) -> None:
     """Layers are read with `DECODED_SPARK` imposed, not with the schema their files
     hold: the index step must write exactly those columns and types."""
-    from p2panda_assets.pipeline.layers import DECODED_SPARK
-    from p2panda_assets.pipeline.spark import build_session
+    from p2panda_assets.pipeline.columnar.layers import DECODED_SPARK
+    from p2panda_assets.pipeline.spark.session import build_session
 
     written = build_session().read.parquet(str(local_decoded_path(store.url, store.mail)))
     assert [(f.name, f.dataType) for f in written.schema.fields] == [

@@ -151,7 +151,7 @@ def test_verbose_shows_what_the_libraries_print(
 def test_verbose_asks_spark_for_its_warnings(
     monkeypatch: pytest.MonkeyPatch, p2panda_home: Path
 ) -> None:
-    from p2panda_assets.pipeline.spark import spark_config
+    from p2panda_assets.pipeline.spark.session import spark_config
 
     seen = []
     monkeypatch.delenv("P2PANDA_SPARK_LOG_LEVEL", raising=False)

@@ -51,9 +51,10 @@ FAMILY = {"raw_entries", "decoded_messages", "migration_plan", "materialized_tab
 
 # Images the compose file may pull rather than build: official ones only.
 OFFICIAL_IMAGES = {"postgres:16"}
-# What the code reads from the environment (README, pipeline/spark.py).
+# What the code reads from the environment (README, pipeline/spark/session.py).
 CODE_VARIABLES = ("P2PANDA_DATABASE_URL", "SPARK_MASTER", "DAGSTER_HOME", "P2PANDA_HOME")
-# Where Spark executors reach the driver (pipeline/driver_address.py): set wherever runs execute.
+# Where Spark executors reach the driver (pipeline/spark/driver_address.py): set wherever
+# runs execute.
 DRIVER_HOST = "P2PANDA_SPARK_DRIVER_HOST"
 
 # The Compose Specification's top-level and service keys, from compose-spec.json as vendored

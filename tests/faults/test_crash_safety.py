@@ -30,7 +30,7 @@ import pytest
 from bench.materialize_cold import small_corpus
 from p2panda_assets.engine.corpus import Corpus, reduce_corpus
 from p2panda_assets.failpoints import FAILPOINT_DIR_ENV, FAILPOINT_ENV, Failpoint
-from p2panda_assets.pipeline.index import APPEND_MIN_ENV, MAX_LAYERS
+from p2panda_assets.pipeline.index.step import APPEND_MIN_ENV, MAX_LAYERS
 from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store.database import ensure_schema
 from p2panda_assets.store.embedded import ensure_embedded, stop_embedded

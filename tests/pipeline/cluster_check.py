@@ -22,10 +22,10 @@ import time
 import pandera.pyspark  # noqa: F401
 
 from p2panda_assets.engine.corpus import reduce_corpus
-from p2panda_assets.pipeline import spark as spark_settings
-from p2panda_assets.pipeline import verify
+from p2panda_assets.pipeline.index import verify
 from p2panda_assets.pipeline.run import run_pipeline
-from p2panda_assets.pipeline.spark import build_session, spark_config
+from p2panda_assets.pipeline.spark import session as spark_settings
+from p2panda_assets.pipeline.spark.session import build_session, spark_config
 from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store.database import connect, ensure_schema
 from p2panda_assets.store.ingest import ingest

@@ -18,10 +18,10 @@ import sys
 from typing import Any
 
 from p2panda_assets.errors import P2pandaError
-from p2panda_assets.pipeline import building
-from p2panda_assets.pipeline.jvm_failures import jvm_exit_code
+from p2panda_assets.pipeline.build import building
 from p2panda_assets.pipeline.run import run_pipeline
-from p2panda_assets.pipeline.spark import build_session, spark_config
+from p2panda_assets.pipeline.spark.jvm_failures import jvm_exit_code
+from p2panda_assets.pipeline.spark.session import build_session, spark_config
 from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store.database import connect, ensure_schema
 from p2panda_assets.store.ingest import ingest

@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 
 from p2panda_assets.engine.corpus import reduce_corpus
-from p2panda_assets.pipeline import index as index_module
-from p2panda_assets.pipeline.increments import layer_sums
-from p2panda_assets.pipeline.index import APPEND_MIN_ENV, run_index
-from p2panda_assets.pipeline.index_paths import DriverIndexSteps, SparkIndexSteps
-from p2panda_assets.pipeline.local_store import DRIVER_PATH_ENVS
+from p2panda_assets.pipeline.build.increments import layer_sums
+from p2panda_assets.pipeline.columnar.arrow_io import DRIVER_PATH_ENVS
+from p2panda_assets.pipeline.columnar.warehouse import NO_SCHEMA
+from p2panda_assets.pipeline.index import step as index_module
+from p2panda_assets.pipeline.index.paths import DriverIndexSteps, SparkIndexSteps
+from p2panda_assets.pipeline.index.step import APPEND_MIN_ENV, run_index
 from p2panda_assets.pipeline.run import run_pipeline
-from p2panda_assets.pipeline.warehouse import NO_SCHEMA
 from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store import pipeline_state as state_sql
 from p2panda_assets.store.ingest import ingest

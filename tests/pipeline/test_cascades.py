@@ -1,4 +1,4 @@
-"""A whole build's cascades (`pipeline.cascades`), settled in the driver or in Spark,
+"""A whole build's cascades (`pipeline.build.cascades`), settled in the driver or in Spark,
 delete what the engine deletes: through a relation into a schema built in the same
 run, into one built before (its stored deleted set), and down a schema relating to
 itself, several rounds deep."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from p2panda_assets.engine.corpus import reduce_corpus
-from p2panda_assets.pipeline import cascades
+from p2panda_assets.pipeline.build import cascades
 from p2panda_assets.pipeline.run import run_pipeline
 from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store.ingest import ingest

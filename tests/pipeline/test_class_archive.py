@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from p2panda_assets.pipeline.class_archive import (
+from p2panda_assets.pipeline.spark.class_archive import (
     ARCHIVE_DIR,
     ARCHIVE_ENV,
     OFF,
@@ -20,7 +20,7 @@ from p2panda_assets.pipeline.class_archive import (
     java_binary,
     maps,
 )
-from p2panda_assets.pipeline.spark import JAVA_OPTIONS_ENV
+from p2panda_assets.pipeline.spark.session import JAVA_OPTIONS_ENV
 
 
 def test_the_archive_is_named_by_the_java_it_was_built_for(

@@ -34,7 +34,7 @@ import pyspark
 import pytest
 
 from p2panda_assets.failpoints import FAILPOINT_ENV, Failpoint
-from p2panda_assets.pipeline.driver_address import DRIVER_BIND_ENV, DRIVER_HOST_ENV
+from p2panda_assets.pipeline.spark.driver_address import DRIVER_BIND_ENV, DRIVER_HOST_ENV
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 

@@ -10,8 +10,8 @@ import psycopg
 import pytest
 from pyspark.sql import SparkSession
 
-from p2panda_assets.pipeline import copy
-from p2panda_assets.pipeline.copy import Columns, Derived, Target, copy_partitions
+from p2panda_assets.pipeline.postgres import copy
+from p2panda_assets.pipeline.postgres.copy import Columns, Derived, Target, copy_partitions
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 

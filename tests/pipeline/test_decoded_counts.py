@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import functions as F
 
-from p2panda_assets.pipeline.layers import decoded_paths, read_schema_layers
-from p2panda_assets.pipeline.local_store import kinds_counted
+from p2panda_assets.pipeline.columnar.arrow_io import kinds_counted
+from p2panda_assets.pipeline.columnar.layers import decoded_paths, read_schema_layers
 from p2panda_assets.pipeline.run import run_pipeline
 from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store.ingest import ingest

@@ -8,7 +8,7 @@ instances the cascades left deleted, and nothing else."""
 from __future__ import annotations
 
 from p2panda_assets.engine.corpus import State
-from p2panda_assets.pipeline.reduction import ACCOUNTED, accounts_of, deleted_of
+from p2panda_assets.pipeline.build.reduction import ACCOUNTED, accounts_of, deleted_of
 
 CREATE, UPDATE, OLD_UPDATE, DELETE = b"c", b"u", b"o", b"d"
 

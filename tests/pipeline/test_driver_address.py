@@ -8,15 +8,15 @@ import socket
 
 import pytest
 
-from p2panda_assets.pipeline import driver_address
-from p2panda_assets.pipeline.driver_address import (
+from p2panda_assets.pipeline.spark import driver_address
+from p2panda_assets.pipeline.spark.driver_address import (
     DRIVER_BIND_ENV,
     DRIVER_HOST_ENV,
     address_toward,
     driver_address_settings,
     master_address,
 )
-from p2panda_assets.pipeline.spark import spark_config
+from p2panda_assets.pipeline.spark.session import spark_config
 
 
 @pytest.fixture(autouse=True)

@@ -9,8 +9,8 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from p2panda_assets.pipeline import groups
-from p2panda_assets.pipeline.groups import (
+from p2panda_assets.pipeline.spark import groups
+from p2panda_assets.pipeline.spark.groups import (
     U64_DECIMAL,
     Row,
     map_groups_locally,

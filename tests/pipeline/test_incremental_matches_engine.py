@@ -19,16 +19,11 @@ from psycopg import sql
 
 from p2panda_assets.cli.materialize_cmd import result_line
 from p2panda_assets.engine.corpus import Corpus, reduce_corpus
-from p2panda_assets.pipeline import (
-    cascades,
-    chaining,
-    increments,
-    index,
-    staging,
-    verify,
-)
-from p2panda_assets.pipeline.index import APPEND_MIN_ENV, run_index
-from p2panda_assets.pipeline.local_store import DRIVER_PATH_ENVS
+from p2panda_assets.pipeline.build import cascades, increments, staging
+from p2panda_assets.pipeline.columnar.arrow_io import DRIVER_PATH_ENVS
+from p2panda_assets.pipeline.index import chaining, verify
+from p2panda_assets.pipeline.index import step as index
+from p2panda_assets.pipeline.index.step import APPEND_MIN_ENV, run_index
 from p2panda_assets.pipeline.materialize import materialize_schemas
 from p2panda_assets.pipeline.run import run_pipeline
 from p2panda_assets.protocol.ids import parse_schema_id

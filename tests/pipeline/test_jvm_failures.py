@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from py4j.protocol import Py4JJavaError, Py4JNetworkError  # type: ignore[import-untyped]
 
-from p2panda_assets.pipeline.jvm_failures import SPARK_OOM_EXIT, ran_out_of_memory
+from p2panda_assets.pipeline.spark.jvm_failures import SPARK_OOM_EXIT, ran_out_of_memory
 
 
 @dataclass

@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 from pyspark.sql import SparkSession
 
-from p2panda_assets.pipeline.local_frames import local_frame
+from p2panda_assets.pipeline.spark.frames import local_frame
 from p2panda_assets.protocol.ids import MAX_U64
 
 pytestmark = pytest.mark.spark

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from p2panda_assets.errors import Reason
-from p2panda_assets.pipeline.spark import ENTRIES_PER_PARTITION_ENV
+from p2panda_assets.pipeline.spark.session import ENTRIES_PER_PARTITION_ENV
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 

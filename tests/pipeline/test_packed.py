@@ -1,4 +1,4 @@
-"""Packed messages (`pipeline.packed`): what the reduction unpacks is exactly what
+"""Packed messages (`pipeline.kernels.packed`): what the reduction unpacks is exactly what
 `decode_message` gives for the payload, whatever the values (no Spark here)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from p2panda_assets.errors import P2pandaError, Reason
-from p2panda_assets.pipeline.packed import message_of, pack_message, unpack_message
+from p2panda_assets.pipeline.kernels.packed import message_of, pack_message, unpack_message
 from p2panda_assets.protocol.cbor import encode_cbor
 from p2panda_assets.protocol.messages import (
     Create,

@@ -11,7 +11,7 @@ from pyspark.sql import SparkSession
 
 from p2panda_assets.engine.corpus import reduce_corpus
 from p2panda_assets.pipeline.run import run_pipeline
-from p2panda_assets.pipeline.spark import ENTRIES_PER_PARTITION_ENV, shuffle_partitions_for
+from p2panda_assets.pipeline.spark.session import ENTRIES_PER_PARTITION_ENV, shuffle_partitions_for
 from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store.ingest import ingest
 from p2panda_assets.store.registry import register

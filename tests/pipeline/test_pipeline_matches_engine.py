@@ -17,12 +17,13 @@ from hypothesis import strategies as st
 
 from p2panda_assets.engine.corpus import reduce_corpus
 from p2panda_assets.errors import P2pandaError
-from p2panda_assets.pipeline import cascades, chaining, verify
-from p2panda_assets.pipeline.index import last_index
-from p2panda_assets.pipeline.local_store import DRIVER_PATH_ENVS
+from p2panda_assets.pipeline.build import cascades
+from p2panda_assets.pipeline.columnar.arrow_io import DRIVER_PATH_ENVS
+from p2panda_assets.pipeline.columnar.warehouse import exists, remove
+from p2panda_assets.pipeline.index import chaining, verify
+from p2panda_assets.pipeline.index.step import last_index
+from p2panda_assets.pipeline.index.verify import current_warehouse
 from p2panda_assets.pipeline.run import run_pipeline
-from p2panda_assets.pipeline.verify import current_warehouse
-from p2panda_assets.pipeline.warehouse import exists, remove
 from p2panda_assets.protocol.entry import decode_entry
 from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.protocol.messages import decode_message

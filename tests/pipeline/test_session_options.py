@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from p2panda_assets.pipeline.class_archive import ARCHIVE_ENV, OFF, QUIET
-from p2panda_assets.pipeline.spark import (
+from p2panda_assets.pipeline.spark.class_archive import ARCHIVE_ENV, OFF, QUIET
+from p2panda_assets.pipeline.spark.session import (
     DRIVER_MEMORY_ENV,
     JAVA_OPTIONS_ENV,
     SHORT_RUN_JAVA_OPTIONS,

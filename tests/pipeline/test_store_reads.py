@@ -14,16 +14,16 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from p2panda_assets.pipeline import verify
-from p2panda_assets.pipeline.layers import DECODED_COLUMNS, read_layers, read_schema_layers
-from p2panda_assets.pipeline.verify import (
+from p2panda_assets.pipeline.columnar.layers import DECODED_COLUMNS, read_layers, read_schema_layers
+from p2panda_assets.pipeline.columnar.warehouse import NO_SCHEMA, WAREHOUSE_ENV, Warehouse, children
+from p2panda_assets.pipeline.index import verify
+from p2panda_assets.pipeline.index.verify import (
     VERIFIED_READ,
     compact_verified,
     current_warehouse,
     read_new_verified,
     read_verified,
 )
-from p2panda_assets.pipeline.warehouse import NO_SCHEMA, WAREHOUSE_ENV, Warehouse, children
 from p2panda_assets.store.pipeline_state import pipeline_state
 from p2panda_assets.testing.warehouse import write_layer, write_rejected_batch
 from tests.pipeline.test_pipeline_matches_engine import empty_store

@@ -8,7 +8,7 @@ from itertools import pairwise
 from hypothesis import given
 from hypothesis import strategies as st
 
-from p2panda_assets.pipeline.verify import split_range, verify_tasks
+from p2panda_assets.pipeline.index.verify import split_range, verify_tasks
 
 
 @given(st.integers(0, 10**12), st.integers(1, 10_000), st.integers(1, 64))

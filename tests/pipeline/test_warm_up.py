@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import SparkSession
 
-from p2panda_assets.pipeline.spark import WORKER_MODULES, warm_up
+from p2panda_assets.pipeline.spark.session import WORKER_MODULES, warm_up
 
 pytestmark = [pytest.mark.spark]
 

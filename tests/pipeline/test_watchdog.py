@@ -31,8 +31,14 @@ from pyspark.sql import SparkSession
 
 from p2panda_assets.cli.main import main
 from p2panda_assets.errors import P2pandaError, Reason
-from p2panda_assets.pipeline.local_store import DRIVER_PATH_ENVS
-from p2panda_assets.pipeline.watchdog import NO_EXECUTOR_TIMEOUT_ENV, Clock, Look, Stage, watched
+from p2panda_assets.pipeline.columnar.arrow_io import DRIVER_PATH_ENVS
+from p2panda_assets.pipeline.spark.watchdog import (
+    NO_EXECUTOR_TIMEOUT_ENV,
+    Clock,
+    Look,
+    Stage,
+    watched,
+)
 from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store.database import connect, ensure_schema
 from p2panda_assets.store.ingest import ingest

@@ -41,7 +41,7 @@ def crashing() -> None:
 @dg.op
 def stop_the_spark_context() -> None:
     """What a JVM that died would leave: a SparkContext that is stopped under Python."""
-    from p2panda_assets.pipeline.spark import build_session
+    from p2panda_assets.pipeline.spark.session import build_session
 
     build_session().sparkContext._jsc.sc().stop()
 

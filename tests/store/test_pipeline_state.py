@@ -7,7 +7,7 @@ import psycopg
 import pytest
 
 from p2panda_assets.errors import P2pandaError, Reason
-from p2panda_assets.pipeline.increments import layers_after
+from p2panda_assets.pipeline.build.increments import layers_after
 from p2panda_assets.store.database import connect, ensure_schema
 from p2panda_assets.store.ingest import ingest
 from p2panda_assets.store.pipeline_state import (

@@ -222,7 +222,8 @@ def test_a_write_outside_its_writer_names_both_places() -> None:
         "p2panda.accounts is written from p2panda_assets/store/tables.py:200, not only from"
         " its writer p2panda_assets/store/accounts.py: call a function of the writer instead"
     ]
-    found["stage_x"] = {("p2panda_assets/pipeline/copy.py", 9)}
+    found["stage_x"] = {("p2panda_assets/pipeline/postgres/copy.py", 9)}
     assert misplaced(found, WRITERS)[1:] == [
-        "p2panda.stage_x is written from p2panda_assets/pipeline/copy.py:9, and WRITERS names none"
+        "p2panda.stage_x is written from p2panda_assets/pipeline/postgres/copy.py:9,"
+        " and WRITERS names none"
     ]

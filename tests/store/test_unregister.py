@@ -25,7 +25,7 @@ from p2panda_assets.cli.main import main
 from p2panda_assets.engine.corpus import Row, reduce_corpus
 from p2panda_assets.errors import Reason
 from p2panda_assets.orchestration import SCHEMAS, add_partition
-from p2panda_assets.pipeline.columns import pg_type
+from p2panda_assets.pipeline.build.columns import pg_type
 from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.statuses import BuildStatus
 from p2panda_assets.store import tables
@@ -202,7 +202,7 @@ def staged_rows(
 
 def build_by_hand(conn: psycopg.Connection, notes: Notes) -> None:
     """Both schemas registered, with partitions, tables, version-2 tables and views, by
-    the staging and swap calls a whole build makes (`pipeline/writing.py`
+    the staging and swap calls a whole build makes (`pipeline/build/writing.py`
     `stage_tables`, `swap_in`), with the rows, accounts and deleted sets the engine
     computes."""
     engine = reduce_corpus(notes.pairs, {s.schema_id for s in notes.schemas.values()})
@@ -442,7 +442,7 @@ def test_unregister_then_register_again_brings_the_same_table_back(
     dagster_home: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from p2panda_assets.pipeline.as_of import materialize_as_of
+    from p2panda_assets.pipeline.build.as_of import materialize_as_of
 
     related = related_corpus()
     profile, mail = related.profile.schema_id, related.mail.schema_id

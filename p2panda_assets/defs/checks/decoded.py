@@ -12,7 +12,7 @@ from p2panda_assets.defs.assets import decoded_messages, decoded_of
 from p2panda_assets.defs.checks.tally import ROWS, Tally, check_result, summarize, validate
 from p2panda_assets.defs.partitions import schemas
 from p2panda_assets.defs.resources import PostgresResource
-from p2panda_assets.pipeline.watchdog import watched
+from p2panda_assets.pipeline.spark.watchdog import watched
 from p2panda_assets.protocol.hashing import HashAlgorithm
 from p2panda_assets.protocol.ids import AUTHOR_SIZE, parse_schema_id
 from p2panda_assets.protocol.messages import INSTANCE_MESSAGE_TYPES, SCHEMA_MESSAGE_TYPES
@@ -25,7 +25,7 @@ ASSIGNMENTS = tuple(a.value for a in Assignment)
 
 def decoded_model(schema_id: str, tally: Tally) -> pa.DataFrameSchema:
     """The decoded Parquet of one schema, as the reduction reads it (with the types of
-    `pipeline.layers.DECODED_SPARK` imposed: a file whose column cannot be read as that
+    `pipeline.columnar.layers.DECODED_SPARK` imposed: a file whose column cannot be read as that
     type fails the read): pandera checks the types and the column set; every value
     check is counted by `tally`."""
     author, log_id = parse_schema_id(schema_id)

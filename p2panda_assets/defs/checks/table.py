@@ -37,9 +37,9 @@ from p2panda_assets.engine.schema_log import SchemaHistory
 from p2panda_assets.engine.validation import compile_validation, validates
 from p2panda_assets.engine.values import Value
 from p2panda_assets.errors import Pending
-from p2panda_assets.pipeline.columns import SPARK_TYPES, field_columns, pg_type
-from p2panda_assets.pipeline.jdbc import read_query
-from p2panda_assets.pipeline.planning import why_pending
+from p2panda_assets.pipeline.build.columns import SPARK_TYPES, field_columns, pg_type
+from p2panda_assets.pipeline.build.planning import why_pending
+from p2panda_assets.pipeline.postgres.jdbc import read_query
 from p2panda_assets.protocol.fieldtypes import VARCHAR_MAX_CHARS, BaseType, FieldType
 from p2panda_assets.store.columns import (
     declared_columns,

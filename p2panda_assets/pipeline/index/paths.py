@@ -1,0 +1,321 @@
+"""The two paths of the index step (issue 47's driver path): what `pipeline.index.step`
+reads, chains, writes and accounts for, through one of these.
+
+- `SparkIndexSteps`: Spark jobs over the verified batches, for many entries;
+- `DriverIndexSteps`: the same rules in the process that runs the step, with pyarrow
+  (`local_index`), when the entries to chain are at most
+  `local_store.driver_path_entries()` and pyarrow can open the warehouse. A published
+  entry's run then launches no Spark job to index it.
+
+`index_steps` picks one. The handles the steps pass each other (`Frame`) are Spark
+frames on one path and Arrow tables on the other; the index step never looks inside.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from decimal import Decimal
+from typing import Any, Protocol
+
+import psycopg
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from p2panda_assets.engine.corpus import LogKey
+from p2panda_assets.pipeline.columnar.arrow_io import driver_path_entries, readable
+from p2panda_assets.pipeline.columnar.layers import read_layers, write_chained
+from p2panda_assets.pipeline.columnar.warehouse import Warehouse, remove
+from p2panda_assets.pipeline.index import chaining
+from p2panda_assets.pipeline.index.accounts import ACCOUNT_ARROW, decimal_log_ids, pending_group
+from p2panda_assets.pipeline.index.chaining import (
+    TIP_COLUMNS,
+    ChainedLogs,
+    accepted_entries,
+    chain_in_driver,
+    chain_locally,
+    chain_logs,
+    chained_logs,
+    few_to_chain,
+    rows_to_chain,
+    tips_frame,
+)
+from p2panda_assets.pipeline.index.driver_path import (
+    accepted_at_locally,
+    accepted_locally,
+    chain_rows,
+    count_new_verified,
+    decoded_locally,
+    read_verified_locally,
+    remove_locally,
+    rows_of,
+    write_chained_locally,
+)
+from p2panda_assets.pipeline.index.log_plan import LogPlan
+from p2panda_assets.pipeline.index.verify import read_new_verified, read_verified
+from p2panda_assets.pipeline.postgres.copy import ACCOUNT_COLUMNS, Target, copy_frame, copy_rows
+from p2panda_assets.pipeline.spark.frames import local_frame
+from p2panda_assets.pipeline.spark.groups import Row, map_groups, map_groups_locally, python_rows
+from p2panda_assets.statuses import BuildPath
+from p2panda_assets.store import pipeline_state as state_sql
+
+Frame = Any  # a Spark DataFrame, or an Arrow table (the driver path)
+LogPosition = tuple[bytes, int, int]
+ACCOUNT_TARGET_COLUMNS = (*ACCOUNT_COLUMNS, ("origin", "text"))
+
+
+class IndexSteps(Protocol):
+    """What the index step does with its entries, on one path."""
+
+    path: BuildPath
+
+    def verified(self, state: state_sql.PipelineState, since: int | None = None) -> Frame:
+        """The good verified entries: all, or those of the batches after `since`."""
+        ...
+
+    def rows(self, verified: Frame, entries: int | None = None) -> list[Row] | None:
+        """What the chain step reads of `verified` (of `entries` entries, if known), in
+        the driver; None if too many for the driver to chain."""
+        ...
+
+    def seqs(self, verified: Frame) -> dict[LogKey, list[int]]:
+        """The seq nums of `verified`'s entries by log (when `rows` gave None)."""
+        ...
+
+    def chain(self, verified: Frame, rows: list[Row] | None, tips: dict[LogKey, Any]) -> Frame: ...
+
+    def found(self, chained: Frame) -> ChainedLogs: ...
+
+    def accepted(self, verified: Frame, chained: Frame, held: int) -> Frame: ...
+
+    def write(self, accepted: Frame, plan: LogPlan, unexplained: int, few: bool) -> str:
+        """The accepted entries as a new chained run of the warehouse; its name."""
+        ...
+
+    def accounts(self, chained: Frame, pending: Frame | None, schema_rows: list[Any]) -> Frame:
+        """The index accounts: the chain rules', `schema_rows`, and `pending`'s."""
+        ...
+
+    def pending(self, accepted: Frame, wanted: list[tuple[Any, ...]]) -> Frame | None:
+        """The accounts of the entries of the logs `wanted` names (`index.pending_group`)."""
+        ...
+
+    def copy_accounts(self, accounts: Frame, url: str, stage: state_sql.Stage) -> None: ...
+
+    def accepted_at(
+        self, layers: Sequence[str], positions: list[LogPosition]
+    ) -> list[tuple[LogPosition, bytes]]: ...
+
+    def remove_run(self, run: str) -> None: ...
+
+    def release(self, chained: Frame) -> None: ...
+
+
+# --- Spark -------------------------------------------------------------------------------
+
+
+class SparkIndexSteps:
+    """The index step in Spark jobs (the driver chains a few entries, `chain_in_driver`)."""
+
+    path = BuildPath.SPARK
+
+    def __init__(self, spark: SparkSession, warehouse: Warehouse) -> None:
+        self._spark = spark
+        self._warehouse = warehouse
+
+    def verified(self, state: state_sql.PipelineState, since: int | None = None) -> Frame:
+        if since is None:
+            frame = read_verified(self._spark, self._warehouse, state)
+        else:
+            frame = read_new_verified(self._spark, self._warehouse, since, state.batch)
+        return frame.filter(F.col("verdict") == "ok")
+
+    def rows(self, verified: Frame, entries: int | None = None) -> list[Row] | None:
+        if entries is not None and not few_to_chain(entries):
+            return None  # not even the job that would find out
+        return rows_to_chain(verified)
+
+    def seqs(self, verified: Frame) -> dict[LogKey, list[int]]:
+        by_log = verified.groupBy("author", "log_id").agg(F.collect_list("seq").alias("seqs"))
+        return {
+            (bytes(row["author"]), int(row["log_id"])): [int(n) for n in row["seqs"]]
+            for row in by_log.collect()
+        }
+
+    def chain(self, verified: Frame, rows: list[Row] | None, tips: dict[LogKey, Any]) -> Frame:
+        if rows is not None:
+            return chain_in_driver(self._spark, rows, tips)
+        if not tips:
+            return chain_logs(verified)
+        tipped = verified.join(
+            F.broadcast(tips_frame(self._spark, tips)), ["author", "log_id"], "left"
+        )
+        return chain_logs(tipped, TIP_COLUMNS)
+
+    def found(self, chained: Frame) -> ChainedLogs:
+        return chained_logs(chained)
+
+    def accepted(self, verified: Frame, chained: Frame, held: int) -> Frame:
+        return accepted_entries(verified, chained, held)
+
+    def write(self, accepted: Frame, plan: LogPlan, unexplained: int, few: bool) -> str:
+        return write_chained(self._spark, accepted, plan, self._warehouse, unexplained, few)
+
+    def accounts(self, chained: Frame, pending: Frame | None, schema_rows: list[Any]) -> Frame:
+        chain = chained.filter(F.col("row_type") == "account").select(
+            "hash",
+            F.lit(None).cast("string").alias("schema_id"),
+            "state",
+            "reason",
+            "message",
+            F.lit("chain").alias("origin"),
+        )
+        frames: list[DataFrame] = [chain]
+        if schema_rows:
+            frames.append(local_frame(self._spark, schema_rows, ACCOUNT_DDL))
+        if pending is not None:
+            frames.append(pending)
+        result = frames[0]
+        for frame in frames[1:]:
+            result = result.unionByName(frame)
+        return result
+
+    def pending(self, accepted: Frame, wanted: list[tuple[Any, ...]]) -> Frame | None:
+        if not wanted:
+            return None
+        logs = local_frame(self._spark, decimal_log_ids(wanted), PENDING_DDL)
+        items = accepted.select("author", "log_id", "seq", "hash", "payload", "message")
+        planned = items.join(F.broadcast(logs), ["author", "log_id"])
+        accounts = map_groups(planned, ("author", "log_id"), ("seq",), pending_group, ACCOUNT_ARROW)
+        return accounts.withColumn("origin", F.lit("pending"))
+
+    def copy_accounts(self, accounts: Frame, url: str, stage: state_sql.Stage) -> None:
+        copy_frame(accounts, url, Target.into(stage, ACCOUNT_TARGET_COLUMNS))
+
+    def accepted_at(
+        self, layers: Sequence[str], positions: list[LogPosition]
+    ) -> list[tuple[LogPosition, bytes]]:
+        rows = [(author, Decimal(log_id), Decimal(seq)) for author, log_id, seq in positions]
+        anchors = local_frame(
+            self._spark, rows, "author binary, log_id decimal(20,0), seq decimal(20,0)"
+        )
+        chained = read_layers(self._spark, list(layers))
+        assert chained is not None  # layers is not empty
+        found = chained.select("author", "log_id", "seq", "hash").join(
+            F.broadcast(anchors), ["author", "log_id", "seq"], "left_semi"
+        )
+        return [
+            ((bytes(row["author"]), int(row["log_id"]), int(row["seq"])), bytes(row["hash"]))
+            for row in found.collect()
+        ]
+
+    def remove_run(self, run: str) -> None:
+        remove(self._spark, self._warehouse.chained(run))
+
+    def release(self, chained: Frame) -> None:
+        chained.unpersist()
+
+
+ACCOUNT_DDL = (
+    "hash binary, schema_id string, state string, reason string, message string, origin string"
+)
+PENDING_DDL = (
+    "author binary, log_id decimal(20,0), plan string, plan_schema string, "
+    "why_reason string, why_message string"
+)
+
+
+# --- the driver ----------------------------------------------------------------------------
+
+
+class DriverIndexSteps:
+    """The index step in this process (`local_index`): no Spark job."""
+
+    path = BuildPath.DRIVER
+
+    def __init__(self, warehouse: Warehouse) -> None:
+        self._warehouse = warehouse
+
+    def verified(self, state: state_sql.PipelineState, since: int | None = None) -> Frame:
+        return read_verified_locally(self._warehouse, state, since)
+
+    def rows(self, verified: Frame, entries: int | None = None) -> list[Row] | None:
+        return chain_rows(verified)  # few enough: the path was chosen by their number
+
+    def seqs(self, verified: Frame) -> dict[LogKey, list[int]]:
+        raise AssertionError("the driver path always holds the rows")  # `rows` never None
+
+    def chain(self, verified: Frame, rows: list[Row] | None, tips: dict[LogKey, Any]) -> Frame:
+        assert rows is not None
+        return chain_locally(rows, tips)
+
+    def found(self, chained: Frame) -> ChainedLogs:
+        logs = chained.filter(pc.equal(chained["row_type"], pa.scalar("log")))
+        rows = (row for batch in logs.to_batches() for row in python_rows(batch))
+        return chaining.chained_logs_of(rows)
+
+    def accepted(self, verified: Frame, chained: Frame, held: int) -> Frame:
+        return accepted_locally(verified, chained, held)
+
+    def write(self, accepted: Frame, plan: LogPlan, unexplained: int, few: bool) -> str:
+        run = secrets.token_hex(6)
+        write_chained_locally(
+            decoded_locally(accepted, plan, unexplained), self._warehouse.chained(run)
+        )
+        return run
+
+    def accounts(self, chained: Frame, pending: Frame | None, schema_rows: list[Any]) -> Frame:
+        chain_accounts = chained.filter(pc.equal(chained["row_type"], pa.scalar("account")))
+        rows: list[tuple[object, ...]] = [
+            (row["hash"], None, row["state"], row["reason"], row["message"], "chain")
+            for row in chain_accounts.select(["hash", "state", "reason", "message"]).to_pylist()
+        ]
+        return rows + list(schema_rows) + (pending or [])
+
+    def pending(self, accepted: Frame, wanted: list[tuple[Any, ...]]) -> Frame | None:
+        if not wanted:
+            return None
+        plans = {(author, log_id): rest for author, log_id, *rest in wanted}
+        columns = ("plan", "plan_schema", "why_reason", "why_message")
+        items = []
+        for row in rows_of(accepted, ["author", "log_id", "seq", "hash", "payload", "message"]):
+            plan = plans.get((row["author"], row["log_id"]))
+            if plan is not None:
+                items.append({**row, **dict(zip(columns, plan, strict=True))})
+        table = map_groups_locally(
+            items, ("author", "log_id"), ("seq",), pending_group, ACCOUNT_ARROW
+        )
+        return [(*row.values(), "pending") for row in table.to_pylist()]
+
+    def copy_accounts(self, accounts: Frame, url: str, stage: state_sql.Stage) -> None:
+        with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
+            copy_rows(conn, Target.into(stage, ACCOUNT_TARGET_COLUMNS), accounts)
+
+    def accepted_at(
+        self, layers: Sequence[str], positions: list[LogPosition]
+    ) -> list[tuple[LogPosition, bytes]]:
+        return accepted_at_locally(layers, positions)
+
+    def remove_run(self, run: str) -> None:
+        remove_locally(self._warehouse.chained(run))
+
+    def release(self, chained: Frame) -> None:
+        return None
+
+
+def index_steps(
+    spark: SparkSession, warehouse: Warehouse, entries: int | None, since: int = 0, through: int = 0
+) -> IndexSteps:
+    """The driver path when the entries to chain are few and pyarrow can open the
+    warehouse; else Spark's. `entries`: how many (every good one, for a step that
+    chains them all); None: those of the verified batches in (since, through], which
+    their files' footers count."""
+    if not readable(warehouse.base):
+        return SparkIndexSteps(spark, warehouse)
+    if entries is None:
+        entries = count_new_verified(warehouse, since, through)
+    if entries <= driver_path_entries():
+        return DriverIndexSteps(warehouse)
+    return SparkIndexSteps(spark, warehouse)

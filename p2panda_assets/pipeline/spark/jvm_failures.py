@@ -1,0 +1,88 @@
+"""A Spark JVM that dies under a run, named for what it was and what to change.
+
+Spark ends its JVM with exit code 52 when a task runs out of heap (`SparkExitCode.OOM`;
+on `local[*]` the tasks share the driver's JVM). py4j then only says that its connection
+was refused, and the run failed as `internal` with no hint of the heap. The exit code is
+the precise signal: the run fails with `out-of-memory`, naming the two settings that
+decide what a task holds. The tables stay as they were: a build swaps nothing before
+every stage is loaded, and its stages are dropped by the database connection, which
+outlives the JVM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from py4j.protocol import Py4JError, Py4JJavaError  # type: ignore[import-untyped]
+from pyspark.sql import SparkSession
+
+from p2panda_assets.errors import P2pandaError, Reason
+from p2panda_assets.pipeline.spark.session import (
+    DRIVER_MEMORY_ENV,
+    ENTRIES_PER_PARTITION_ENV,
+    driver_memory,
+    entries_per_partition,
+    spark_master,
+)
+
+SPARK_OOM_EXIT = 52  # org.apache.spark.util.SparkExitCode.OOM
+EXIT_WAIT_SECONDS = 5.0  # the JVM's shutdown hooks run before it exits
+
+
+def jvm_exit_code(spark: SparkSession, wait: float = EXIT_WAIT_SECONDS) -> int | None:
+    """The exit code of the JVM this process launched for `spark`, once it has exited
+    (waiting up to `wait` seconds for it); None while it runs, or if another process
+    launched it (a JVM this process did not start cannot be asked)."""
+    gateway = spark.sparkContext._gateway
+    proc = getattr(gateway, "proc", None)
+    if proc is None:
+        return None
+    try:
+        return int(proc.wait(timeout=wait))
+    except Exception:  # still running: not a death of the JVM (subprocess.TimeoutExpired)
+        return None
+
+
+def out_of_memory_message(master: str) -> str:
+    return (
+        f"Spark's JVM ran out of heap ({DRIVER_MEMORY_ENV}={driver_memory(master)}) with up "
+        f"to {entries_per_partition():,} entries a partition: set {ENTRIES_PER_PARTITION_ENV} "
+        f"lower (more, smaller tasks), or {DRIVER_MEMORY_ENV} higher; the tables are kept "
+        "as they were"
+    )
+
+
+# What a job still running says when the JVM's shutdown hook stops its SparkContext: a
+# task ran out of heap, Spark is exiting with 52, and the job's caller hears this first.
+CONTEXT_SHUT_DOWN = "SparkContext was shut down"
+
+
+def ran_out_of_memory(spark: SparkSession, error: BaseException) -> bool:
+    """Whether `error`, raised by a call into Spark, says its JVM ran out of heap: the
+    JVM's own error names it, or the JVM is gone with Spark's exit code for it. A JVM
+    that answered with another error is alive (its exit is not waited for), unless the
+    error cannot be read or says the SparkContext was shut down: the JVM is exiting, and
+    which of its errors reaches Python first is a race."""
+    try:
+        text = str(error)
+    except Exception:  # a Py4JJavaError asks the JVM for its text, and the JVM is gone
+        text = ""
+    if "java.lang.OutOfMemoryError" in text:
+        return True
+    if isinstance(error, Py4JJavaError) and text and CONTEXT_SHUT_DOWN not in text:
+        return False
+    return jvm_exit_code(spark) == SPARK_OOM_EXIT
+
+
+@contextmanager
+def jvm_failures_explained(spark: SparkSession) -> Iterator[None]:
+    """Run the block; if Spark's JVM ran out of heap under it, raise `out-of-memory`
+    instead of py4j's error. Any other failure passes unchanged."""
+    try:
+        yield
+    except (Py4JError, ConnectionError) as error:
+        if ran_out_of_memory(spark, error):
+            message = out_of_memory_message(spark.sparkContext.master or spark_master())
+            raise P2pandaError(Reason.OUT_OF_MEMORY, message) from error
+        raise
