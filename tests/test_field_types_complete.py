@@ -23,9 +23,9 @@ from psycopg.pq import Format
 import p2panda_assets
 from p2panda_assets.engine import conversion, validation, values
 from p2panda_assets.pipeline.build.columns import PG_TYPES, SPARK_TYPES, pg_type
-from p2panda_assets.pipeline.postgres.copy import copy_type
 from p2panda_assets.protocol.fieldtypes import BaseType, FieldType
 from p2panda_assets.store.columns import format_type_spelling
+from p2panda_assets.store.copying import copy_type
 
 PACKAGE = Path(p2panda_assets.__file__).resolve().parent
 DOCS = PACKAGE.parent / "docs"
@@ -192,7 +192,7 @@ def later():
 
 @pytest.mark.parametrize("ftype", EVERY_TYPE, ids=str)
 def test_psycopg_can_copy_every_type_in_binary(ftype: FieldType) -> None:
-    """pipeline/postgres/copy.py names each column's type to psycopg's binary COPY as
+    """store/copying.py names each column's type to psycopg's binary COPY as
     `copy_type` spells it: psycopg must know the name and dump it in binary."""
     oid = psycopg.adapters.types.get_oid(copy_type(pg_type(ftype)))
     assert psycopg.adapters.get_dumper_by_oid(oid, Format.BINARY) is not None

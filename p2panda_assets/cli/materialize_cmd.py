@@ -78,6 +78,7 @@ def run_as_of(args: argparse.Namespace) -> int:
     from p2panda_assets.cli.check_cmd import parse_version
     from p2panda_assets.orchestration import materialize_as_of
     from p2panda_assets.store.database import connect
+    from p2panda_assets.store.schema_versions import version_table
 
     version = parse_version(args.as_of_version)
     if len(args.schema_ids) != 1:
@@ -85,15 +86,11 @@ def run_as_of(args: argparse.Namespace) -> int:
     schema_id = resolve_schemas(args.schema_ids)[0]
     materialize_as_of(schema_id, version)
     with connect() as conn:
-        row = conn.execute(
-            "SELECT rows, table_name, view_name FROM p2panda.schema_versions"
-            " WHERE schema_id = %s AND version = %s",
-            (schema_id, version),
-        ).fetchone()
-    if row is None:
+        found = version_table(conn, schema_id, version)
+    if found is None:
         print(f"{schema_id}  version {version}  no fields, no table")
         return 0
-    rows, table, view = row
+    rows, table, view = found
     shown = f"  view p2panda_api.{view!r}" if view else ""
     print(f"{schema_id}  version {version}  {rows} rows  {table}{shown}")
     return 0

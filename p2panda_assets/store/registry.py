@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 from datetime import datetime
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -275,3 +276,23 @@ def shown_name_of(conn: psycopg.Connection, schema_id: str) -> str | None:
         (schema_id,),
     ).fetchone()
     return None if row is None else row[0]
+
+
+def registered_version(conn: psycopg.Connection, schema_id: str) -> int | None:
+    """The version the schema's table is at, None if it is not registered."""
+    row = conn.execute(
+        "SELECT version FROM p2panda.schemas WHERE schema_id = %s", (schema_id,)
+    ).fetchone()
+    return None if row is None else row[0]
+
+
+def table_records(
+    conn: psycopg.Connection, table_name: str
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """A materialized table's columns, and every row as column -> value, by instance id."""
+    cursor = conn.execute(
+        sql.SQL("SELECT * FROM {} ORDER BY _instance_id").format(table_identifier(table_name))
+    )
+    assert cursor.description is not None  # a SELECT has columns
+    columns = [c.name for c in cursor.description]
+    return columns, [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]

@@ -10,6 +10,8 @@ caller's transaction.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import psycopg
 
 
@@ -64,3 +66,22 @@ def record_view_name(
         "UPDATE p2panda.schema_versions SET view_name = %s WHERE schema_id = %s AND version = %s",
         (view_name, schema_id, version),
     )
+
+
+class VersionTable(NamedTuple):
+    """A schema's table as of one version: its rows, its name, and its view if it has one."""
+
+    rows: int
+    table_name: str
+    view_name: str | None
+
+
+def version_table(conn: psycopg.Connection, schema_id: str, version: int) -> VersionTable | None:
+    """The table `panda materialize --as-of-version` built for `version`, None if none (the
+    version has no field)."""
+    row = conn.execute(
+        "SELECT rows, table_name, view_name FROM p2panda.schema_versions"
+        " WHERE schema_id = %s AND version = %s",
+        (schema_id, version),
+    ).fetchone()
+    return None if row is None else VersionTable(*row)

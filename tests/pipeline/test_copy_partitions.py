@@ -11,7 +11,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from p2panda_assets.pipeline.postgres import copy
-from p2panda_assets.pipeline.postgres.copy import Columns, Derived, Target, copy_partitions
+from p2panda_assets.pipeline.postgres.copy import Columns, Derived, copy_partitions
+from p2panda_assets.store.copying import Target
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 

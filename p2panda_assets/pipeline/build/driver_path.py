@@ -1,6 +1,6 @@
 """The driver path of an incremental build: the relational steps of
 `building.build_increments` in the process that runs it, with pyarrow, for a small
-increment (`increment_paths.choose_steps`). No Spark job is launched.
+increment (`pipeline.build.paths.choose_steps`). No Spark job is launched.
 
 Every rule is the Spark path's own: each log is reduced by `reduction.reduce_rows`, the
 accounts and deleted sets come from `reduction.accounts_of` and `deleted_of`, and the
@@ -29,9 +29,10 @@ from p2panda_assets.pipeline.build.reduction import (
     reduce_rows,
 )
 from p2panda_assets.pipeline.columnar.arrow_io import layers_dataset, scan
-from p2panda_assets.pipeline.postgres.copy import CopyResult, Derived, Target, copy_locally
+from p2panda_assets.pipeline.postgres.copy import CopyResult, Derived, copy_locally
 from p2panda_assets.pipeline.spark.groups import Row, arrow_schema, output_batches, python_rows
 from p2panda_assets.statuses import Assignment
+from p2panda_assets.store.copying import Target
 
 ROWS_AT_A_TIME = 2_000  # Python rows the driver path holds of a batch at once
 
@@ -63,7 +64,7 @@ def touched_locally(
     dataset: ds.Dataset | None, increments: Mapping[str, int], keys: set[bytes]
 ) -> pa.Table:
     """`increments.touched_messages` of the store's messages (`dataset`, None for none:
-    `local_store.layers_dataset`): every assigned message of
+    `arrow_io.layers_dataset`): every assigned message of
     the increments' schemas that creates or names one of `keys`, and their new messages
     that name none, each with `built_batch`: a table in log order (author, log, seq)."""
     if dataset is None:

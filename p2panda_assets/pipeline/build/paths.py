@@ -4,12 +4,12 @@ make; `building.build_increments` does that through one of these:
 
 - `SparkSteps`: Spark jobs over the chained layers, the path of large increments;
 - `DriverSteps`: the same rules in the process that runs the build, with pyarrow
-  (`local_increments`), for an increment of at most `local_store.driver_path_messages()`
-  new messages to schemas of at most `local_store.driver_path_entries()` messages: no Spark
+  (`local_increments`), for an increment of at most `arrow_io.driver_path_messages()`
+  new messages to schemas of at most `arrow_io.driver_path_entries()` messages: no Spark
   job's fixed cost for the few messages a published entry brings.
 
 `choose_steps` picks one by size, and falls back to Spark where pyarrow cannot open the
-warehouse (`local_store.readable`, which says so once). The path taken is the outcome's `path`.
+warehouse (`arrow_io.readable`, which says so once). The path taken is the outcome's `path`.
 """
 
 from __future__ import annotations
@@ -46,9 +46,10 @@ from p2panda_assets.pipeline.columnar.arrow_io import (
 )
 from p2panda_assets.pipeline.columnar.layers import read_layers
 from p2panda_assets.pipeline.index.step import IndexResult
-from p2panda_assets.pipeline.postgres.copy import ACCOUNT_COLUMNS, CopyResult, Derived, Target
+from p2panda_assets.pipeline.postgres.copy import ACCOUNT_COLUMNS, CopyResult, Derived
 from p2panda_assets.pipeline.spark.frames import local_frame
 from p2panda_assets.statuses import BuildPath
+from p2panda_assets.store.copying import Target
 from p2panda_assets.store.pipeline_state import Stage
 
 # The reduced rows an increment reads in the driver (`building._reduced_again`).
@@ -169,7 +170,7 @@ def choose_steps(
 ) -> IncrementSteps:
     """The driver path for an increment of at most `driver_path_messages()` new
     messages, whose schemas hold at most `driver_path_entries()` messages in all (the
-    driver reads them all: `local_store.scan`), and whose warehouse pyarrow can open;
+    driver reads them all: `arrow_io.scan`), and whose warehouse pyarrow can open;
     else Spark."""
     small = plan.new_messages <= driver_path_messages()
     if small and plan.messages <= driver_path_entries() and readable(index.warehouse.base):

@@ -1,7 +1,7 @@
 """Staging a build's reduced rows in Spark: the live rows into each schema's staging
 table, and the accounts and deleted sets derived from the same scan (`copy_partitions`).
 Whole builds and the Spark path of increments share it; the driver path stages rows it
-holds by the same writer (`local_increments.stage_locally`)."""
+holds by the same writer (`pipeline.build.driver_path.stage_locally`)."""
 
 from __future__ import annotations
 
@@ -17,11 +17,10 @@ from p2panda_assets.pipeline.postgres.copy import (
     DELETED_COLUMNS,
     CopyResult,
     Derived,
-    Target,
     copy_partitions,
-    copy_type,
 )
 from p2panda_assets.store import tables
+from p2panda_assets.store.copying import Target, copy_type
 from p2panda_assets.store.pipeline_state import Stage
 
 # The system columns as the binary COPY names their types, from the one table of them.

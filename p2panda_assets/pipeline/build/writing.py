@@ -22,9 +22,10 @@ from p2panda_assets.errors import Reason
 from p2panda_assets.pipeline.build.columns import pg_type
 from p2panda_assets.pipeline.build.staging import row_target, stage_reduced
 from p2panda_assets.pipeline.context import BuildContext
-from p2panda_assets.pipeline.postgres.copy import CopyResult, Target
+from p2panda_assets.pipeline.postgres.copy import CopyResult
 from p2panda_assets.statuses import BuildStatus
 from p2panda_assets.store import tables
+from p2panda_assets.store.copying import Target
 from p2panda_assets.store.pipeline_state import Stage, drop_tables
 from p2panda_assets.store.tables import BuildState, Outcome
 

@@ -4,7 +4,7 @@ reads, chains, writes and accounts for, through one of these.
 - `SparkIndexSteps`: Spark jobs over the verified batches, for many entries;
 - `DriverIndexSteps`: the same rules in the process that runs the step, with pyarrow
   (`local_index`), when the entries to chain are at most
-  `local_store.driver_path_entries()` and pyarrow can open the warehouse. A published
+  `arrow_io.driver_path_entries()` and pyarrow can open the warehouse. A published
   entry's run then launches no Spark job to index it.
 
 `index_steps` picks one. The handles the steps pass each other (`Frame`) are Spark
@@ -55,11 +55,12 @@ from p2panda_assets.pipeline.index.driver_path import (
 )
 from p2panda_assets.pipeline.index.log_plan import LogPlan
 from p2panda_assets.pipeline.index.verify import read_new_verified, read_verified
-from p2panda_assets.pipeline.postgres.copy import ACCOUNT_COLUMNS, Target, copy_frame, copy_rows
+from p2panda_assets.pipeline.postgres.copy import ACCOUNT_COLUMNS, copy_frame
 from p2panda_assets.pipeline.spark.frames import local_frame
 from p2panda_assets.pipeline.spark.groups import Row, map_groups, map_groups_locally, python_rows
 from p2panda_assets.statuses import BuildPath
 from p2panda_assets.store import pipeline_state as state_sql
+from p2panda_assets.store.copying import Target, copy_rows
 
 Frame = Any  # a Spark DataFrame, or an Arrow table (the driver path)
 LogPosition = tuple[bytes, int, int]
@@ -99,7 +100,7 @@ class IndexSteps(Protocol):
         ...
 
     def pending(self, accepted: Frame, wanted: list[tuple[Any, ...]]) -> Frame | None:
-        """The accounts of the entries of the logs `wanted` names (`index.pending_group`)."""
+        """The accounts of the entries of the logs `wanted` names (`pipeline.index.accounts.pending_group`)."""
         ...
 
     def copy_accounts(self, accounts: Frame, url: str, stage: state_sql.Stage) -> None: ...

@@ -39,13 +39,14 @@ from p2panda_assets.pipeline.columnar.warehouse import (
     warehouse_root,
 )
 from p2panda_assets.pipeline.kernels.packed import pack_message
-from p2panda_assets.pipeline.postgres.copy import ACCOUNT_COLUMNS, Target, copy_rows
+from p2panda_assets.pipeline.postgres.copy import ACCOUNT_COLUMNS
 from p2panda_assets.pipeline.postgres.once_per_task import job_ledger, task_transaction
 from p2panda_assets.pipeline.spark.frames import local_frame
 from p2panda_assets.pipeline.spark.groups import arrow_schema, record_batch
 from p2panda_assets.pipeline.spark.session import entries_per_partition
 from p2panda_assets.protocol.message_index import decoded_and_indexed
 from p2panda_assets.store import pipeline_state as state_sql
+from p2panda_assets.store.copying import Target, copy_rows
 
 VERIFIED_ARROW = arrow_schema(
     [
@@ -262,7 +263,7 @@ def verify_new_entries(spark: SparkSession, conn: psycopg.Connection, url: str) 
 
     A few new entries (the sensors' usual case) are verified in the driver: the same
     `verify_rows`, without the five Spark jobs a distributed pass costs, and the batch
-    is written by pyarrow (`local_store.write_batch`), or by Spark where pyarrow cannot
+    is written by pyarrow (`arrow_io.write_batch`), or by Spark where pyarrow cannot
     open the warehouse.
     """
     warehouse = current_warehouse(spark, conn)
