@@ -35,8 +35,6 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, cast
 
-from psycopg import sql
-
 from p2panda_assets.cli import materialize_cmd, publish_cmd, schema_cmd, store_cmd
 from p2panda_assets.engine.corpus import Corpus, State, reduce_corpus
 from p2panda_assets.engine.lens import FieldSpec
@@ -194,21 +192,13 @@ class Snapshot:
 
 def snapshot(schema_id: str, story: Path) -> Snapshot:
     from p2panda_assets.store.database import connect
-    from p2panda_assets.store.registry import table_identifier, table_name_for
+    from p2panda_assets.store.registry import registered_version, table_name_for, table_records
 
     table = table_name_for(schema_id)
     with connect() as conn:
-        cursor = conn.execute(
-            sql.SQL("SELECT * FROM {} ORDER BY _instance_id").format(table_identifier(table))
-        )
-        assert cursor.description is not None  # a SELECT has columns
-        columns = [c.name for c in cursor.description]
-        records = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
-        found = conn.execute(
-            "SELECT version FROM p2panda.schemas WHERE schema_id = %s", (schema_id,)
-        ).fetchone()
-        assert found is not None  # its table was just read, so the schema is registered
-        (version,) = found
+        columns, records = table_records(conn, table)
+        version = registered_version(conn, schema_id)
+    assert version is not None  # its table was just read, so the schema is registered
     corpus = reduce_corpus(item for item in read_entry_lines([story]) if isinstance(item, tuple))
     history = corpus.histories[schema_id]
     # The story's lens is the table's unless the store holds a later version (a rerun).
@@ -220,7 +210,7 @@ def snapshot(schema_id: str, story: Path) -> Snapshot:
 
 def preview_values(record: dict[str, Any], lens: Mapping[str, FieldSpec]) -> dict[str, Any]:
     """A row as PostgreSQL returns it, with its values as `panda preview` prints them
-    (SPEC 4: `_seq` a number, timestamps ISO 8601 in UTC with `Z`, bytes as hex): a
+    (rule T-VALUE: `_seq` a number, timestamps ISO 8601 in UTC with `Z`, bytes as hex): a
     field of the lens by `to_json`, as preview does, any other column by its type."""
     return {
         name: to_json(_value(value), lens[name].type) if name in lens else _column_json(value)

@@ -428,7 +428,7 @@ def build_states(conn: psycopg.Connection, schema_ids: Sequence[str]) -> dict[st
 
 def cascades_changed(conn: psycopg.Connection, state: BuildState, sources: Sequence[str]) -> bool:
     """Whether the deleted sets of `sources`, which a table's cascades read, differ from
-    those it was written with (`state.deleted`). A build of their schema in another run
+    those it was written with (its `BuildState.deleted`). A build of their schema in another run
     (the sensors and the UI build a schema at a time) may have changed them, and an
     increment reduces again only the rows that new messages reach: a row pointing at an
     instance deleted since would stay."""

@@ -309,7 +309,8 @@ def test_table_check_fails_on_an_invalid_value_at_the_current_version(store: Sto
 
 def test_table_check_validates_only_values_written_at_the_current_version(store: Store) -> None:
     """A value at an older (alive) version is what the migration made of it: the check
-    leaves it to the migration rules (SPEC: validation applies at the current version)."""
+    leaves it to the migration rules (rule C-VALIDATE: validation applies at the current
+    version)."""
     table = table_name_for(store.mail)
     with tampered_table(
         store,

@@ -23,7 +23,7 @@ from p2panda_assets.testing.builder import CorpusBuilder, SchemaAuthor, create_f
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
 # More fields than a PostgreSQL table may have columns (1,600, its system columns
-# besides); nothing in SPEC bounds a lens, and the migration is ~60 KB of its 1 MiB.
+# besides); nothing in the protocol bounds a lens, and the migration is ~60 KB of its 1 MiB.
 TOO_MANY_FIELDS = 1_600
 
 

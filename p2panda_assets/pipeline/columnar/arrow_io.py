@@ -120,7 +120,7 @@ def kinds_counted(paths: Sequence[str]) -> dict[str | None, tuple[int, int]]:
 
 def write_batch(table: pa.Table, path: str) -> None:
     """A verified batch (`verify.VERIFIED_ARROW`) into its directory, one Parquet file,
-    where Spark and `local_index.read_verified_locally` read it."""
+    where Spark and `pipeline.index.driver_path.read_verified_locally` read it."""
     filesystem, directory = layer_filesystem(path)
     filesystem.create_dir(directory, recursive=True)
     pq.write_table(

@@ -1,13 +1,13 @@
-"""The driver path of the index step (`index_paths.DriverIndexSteps`): the verified
+"""The driver path of the index step (`pipeline.index.paths.DriverIndexSteps`): the verified
 batches read, chained, written as a chained layer and accounted for in the process that
 runs the step, with pyarrow, when there are few entries to chain. No Spark job.
 
 Every rule is the Spark path's own: the chain rules run in `chaining.chain_group` (by
 `chain_locally`, as the Spark path's driver chaining already did), the decode errors
 come from verification or `indexed_message`, the accounts of waiting logs from
-`index.pending_group`. What differs is how rows are read, joined and written: Arrow
-tables and `pyarrow.dataset` in place of Spark frames, one Parquet file per schema
-partition, as the Spark path writes for few entries.
+`pipeline.index.accounts.pending_group`. What differs is how rows are read, joined and
+written: Arrow tables and `pyarrow.dataset` in place of Spark frames, one Parquet file per
+schema partition, as the Spark path writes for few entries.
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def remove_locally(path: str) -> None:
 def accepted_at_locally(
     layers: Sequence[str], positions: Iterable[tuple[bytes, int, int]]
 ) -> list[tuple[tuple[bytes, int, int], bytes]]:
-    """`index._accepted_at`: the hash of the accepted entry at each (author, log, seq)
+    """`IndexSteps.accepted_at`: the hash of the accepted entry at each (author, log, seq)
     the chained `layers` hold."""
     wanted = set(positions)
     dataset = layers_dataset(layers)

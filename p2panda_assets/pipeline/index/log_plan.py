@@ -82,7 +82,7 @@ def log_rows(summaries: dict[LogKey, LogSummary], catalog: Catalog) -> list[tupl
 def log_rows_with_tips(
     logs: dict[LogKey, tuple[LogSummary, tuple[object, ...]]], plan: LogPlan
 ) -> list[tuple[object, ...]]:
-    """Logs rows (`state_sql.LOG_COLUMNS`) for these logs: (summary, (tip seq, ended,
+    """Logs rows (`store.logs.LOG_COLUMNS`) for these logs: (summary, (tip seq, ended,
     all accepted))."""
     rows: list[tuple[object, ...]] = []
     for key, (summary, tip) in logs.items():

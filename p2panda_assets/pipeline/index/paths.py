@@ -100,7 +100,8 @@ class IndexSteps(Protocol):
         ...
 
     def pending(self, accepted: Frame, wanted: list[tuple[Any, ...]]) -> Frame | None:
-        """The accounts of the entries of the logs `wanted` names (`pipeline.index.accounts.pending_group`)."""
+        """The accounts of the entries of the logs `wanted` names
+        (`pipeline.index.accounts.pending_group`)."""
         ...
 
     def copy_accounts(self, accounts: Frame, url: str, stage: state_sql.Stage) -> None: ...
