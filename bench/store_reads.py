@@ -4,8 +4,8 @@ it was read before, in the same session (median seconds to read and count).
 Chained layers: the first layer with its known schema, the later ones in one more scan
 (`pipeline.columnar.layers.read_layers`), against a read with Spark's partition discovery and
 schema inference per layer and a union of them. A sensor's run appends a layer, and an
-index step keeps up to `MAX_LAYERS` of them before it chains everything into one again;
-every run reads them several times (the decoded asset and its check, the reduction, the
+index step keeps up to `PipelineTuning.max_layers` of them before it chains everything into
+one again; every run reads them several times (the decoded asset and its check, the reduction, the
 tips of continued logs). Each layer is written as the index step writes it: 20 schemas, a few
 rows each, as a one-entry run leaves them.
 
@@ -36,7 +36,6 @@ from pyspark.sql import functions as F
 
 from p2panda_assets.pipeline.columnar.layers import read_layers
 from p2panda_assets.pipeline.columnar.warehouse import Warehouse, remove
-from p2panda_assets.pipeline.index.step import MAX_LAYERS
 from p2panda_assets.pipeline.index.verify import (
     VERIFIED_READ,
     read_new_verified,
@@ -46,6 +45,7 @@ from p2panda_assets.pipeline.index.verify import (
 from p2panda_assets.pipeline.spark.session import build_session, warm_up
 from p2panda_assets.store.pipeline_state import PipelineState
 from p2panda_assets.testing.warehouse import write_layer, write_rejected_batch
+from p2panda_assets.tuning import DEFAULTS
 
 SCHEMAS = [f"{s:066x}-1" for s in range(20)]
 
@@ -133,7 +133,7 @@ def batch_reads(spark: SparkSession, root: str, counts: list[int], repeats: int)
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--layers", type=int, nargs="+", default=[1, 6, MAX_LAYERS])
+    parser.add_argument("--layers", type=int, nargs="+", default=[1, 6, DEFAULTS.max_layers])
     parser.add_argument("--batches", type=int, nargs="+", default=[10, 200, 2000])
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()

@@ -11,7 +11,9 @@ import json
 import os
 import secrets
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,6 +23,7 @@ from psycopg import sql
 
 from p2panda_assets.store.database import DATABASE_URL_ENV, connect, ensure_schema
 from p2panda_assets.store.embedded import ensure_embedded
+from p2panda_assets.tuning import PipelineTuning, tuned, tuning
 from tests.postgres import embedded_home, with_database
 
 if TYPE_CHECKING:
@@ -92,6 +95,18 @@ def session_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         os.environ.pop("P2PANDA_HOME", None)
     else:
         os.environ["P2PANDA_HOME"] = before
+
+
+@pytest.fixture
+def tune() -> Iterator[Callable[..., PipelineTuning]]:
+    """`tune(max_layers=2, ...)`: the pipeline runs under that tuning for the rest of the
+    test (`p2panda_assets.tuning`), instead of a patched module global."""
+    with ExitStack() as stack:
+
+        def put_in_force(**changes: object) -> PipelineTuning:
+            return stack.enter_context(tuned(replace(tuning(), **changes)))  # type: ignore[arg-type]
+
+        yield put_in_force
 
 
 @pytest.fixture

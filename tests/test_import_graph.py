@@ -226,3 +226,26 @@ def test_the_graph_is_the_real_package() -> None:
     )
     # live/coordinator.py imports the listener in a method (and under TYPE_CHECKING).
     assert "p2panda_assets.live.listener" in graph["p2panda_assets.live.coordinator"]
+
+
+def test_the_kernels_import_no_spark() -> None:
+    """`pipeline/kernels/` holds the rules both paths call: the driver path runs them with
+    no Spark, so none of them imports pyspark, or a pipeline module outside the kernels."""
+    kernels = PACKAGE / "pipeline" / "kernels"
+    found = []
+    for module in sorted(kernels.glob("*.py")):
+        for node in ast.walk(ast.parse(module.read_text(encoding="utf-8"))):
+            names = (
+                [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            for name in names:
+                outside = name.startswith("p2panda_assets.pipeline.") and not name.startswith(
+                    "p2panda_assets.pipeline.kernels"
+                )
+                if name.split(".")[0] == "pyspark" or outside:
+                    found.append(f"{module.name}: {name}")
+    assert found == []

@@ -33,6 +33,7 @@ from p2panda_assets.store.pipeline_state import (
     release_pipeline_lock,
 )
 from p2panda_assets.store.tables import Outcome
+from p2panda_assets.tuning import tuned, tuning
 
 
 def materialize_schemas(
@@ -66,9 +67,10 @@ def materialize_version(
 
 @contextmanager
 def _exclusive(spark: SparkSession, conn: psycopg.Connection) -> Iterator[None]:
-    """Under the pipeline lock, with the session sized for the store; a JVM that runs
-    out of heap is named (`jvm_failures`)."""
-    with jvm_failures_explained(spark):
+    """Under the pipeline lock, with the session sized for the store and one tuning for
+    the whole build (the one in force when it started); a JVM that runs out of heap is
+    named (`jvm_failures`)."""
+    with tuned(tuning()), jvm_failures_explained(spark):
         hold_pipeline_lock(conn)
         try:
             with sized_for_the_store(spark, count_good_entries(conn)):

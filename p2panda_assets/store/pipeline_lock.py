@@ -12,7 +12,6 @@ has waited and what the holder's Spark work is doing (`publish_progress`).
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -23,11 +22,13 @@ from datetime import UTC, datetime
 
 import psycopg
 
+from p2panda_assets.tuning import ENVIRONMENT, tuning
+
 RUN_SETTING = "p2panda.run_id"  # session settings a connection is labelled with
 SCHEMA_SETTING = "p2panda.schema_id"
-PROGRESS_ENV = "P2PANDA_LOCK_PROGRESS_SECONDS"
-# A line every 15 s: a person waiting sees it move; a 600 s wait is 40 lines, not 600.
-DEFAULT_PROGRESS_SECONDS = 15.0
+PROGRESS_ENV = ENVIRONMENT["lock_progress_seconds"]
+# A line every 15 s (the default): a person waiting sees it move; a 600 s wait is 40
+# lines, not 600.
 CONNECT_TIMEOUT = 10  # seconds: a thread that reports must not hang on a database gone
 
 
@@ -133,7 +134,7 @@ def lock_holder(conn: psycopg.Connection, key: int) -> Holder | None:
 
 
 def progress_seconds() -> float:
-    return float(os.environ.get(PROGRESS_ENV) or DEFAULT_PROGRESS_SECONDS)
+    return tuning().lock_progress_seconds
 
 
 def say(line: str) -> None:

@@ -9,7 +9,6 @@ functions; it writes no SQL on `p2panda.*` itself.
 
 from __future__ import annotations
 
-import os
 import secrets
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from p2panda_assets.store import message_index as message_index_sql
 from p2panda_assets.store.ingest import INGEST_LOCK
 from p2panda_assets.store.logs import LOG_COLUMNS
 from p2panda_assets.store.pipeline_lock import record_holder, waiting_aloud
+from p2panda_assets.tuning import ENVIRONMENT, tuning
 
 PIPELINE_LOCK = 0x70326E64  # one verification / index step at a time, across processes
 
@@ -407,8 +407,7 @@ def count_logs(conn: psycopg.Connection) -> int:
     return int(row[0]) if row else 0
 
 
-LOCK_WAIT_ENV = "P2PANDA_LOCK_WAIT_SECONDS"
-DEFAULT_LOCK_WAIT_SECONDS = 600
+LOCK_WAIT_ENV = ENVIRONMENT["lock_wait_seconds"]
 PRODUCT_SCHEMAS = ("p2panda", "p2panda_data", "p2panda_versions")
 
 
@@ -418,7 +417,7 @@ def hold_pipeline_lock(conn: psycopg.Connection) -> None:
     (default 600), then `busy`; while waiting, stderr says for whom, and how it goes
     (`pipeline_lock.waiting_aloud`). The holder says who it is (`record_holder`). With the
     lock held, staging tables left by runs that died are swept: no live run can own one."""
-    seconds = float(os.environ.get(LOCK_WAIT_ENV) or DEFAULT_LOCK_WAIT_SECONDS)
+    seconds = tuning().lock_wait_seconds
     row = conn.execute("SELECT pg_try_advisory_lock(%s)", (PIPELINE_LOCK,)).fetchone()
     if not (row and row[0]):
         with waiting_aloud(conn, PIPELINE_LOCK, seconds):

@@ -30,12 +30,13 @@ import pytest
 from bench.materialize_cold import small_corpus
 from p2panda_assets.engine.corpus import Corpus, reduce_corpus
 from p2panda_assets.failpoints import FAILPOINT_DIR_ENV, FAILPOINT_ENV, Failpoint
-from p2panda_assets.pipeline.index.step import APPEND_MIN_ENV, MAX_LAYERS
+from p2panda_assets.pipeline.index.step import APPEND_MIN_ENV
 from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store.database import ensure_schema
 from p2panda_assets.store.embedded import ensure_embedded, stop_embedded
 from p2panda_assets.store.ingest import ingest
 from p2panda_assets.store.registry import register
+from p2panda_assets.tuning import tuning
 from tests.pipeline.compare import engine_accounts, engine_tables, pg_accounts, pg_tables
 from tests.postgres import embedded_home
 
@@ -179,7 +180,7 @@ def assert_as_clean(home: Home, pairs: list[tuple[bytes, bytes]], schema_ids: li
     runs = [p.name for p in (store / "chained").iterdir() if not p.name.startswith(".")]
     layers = {chained, *deltas}
     # The current layers, and the ones before them (a reader may still be on them).
-    assert layers <= set(runs) and len(set(runs) - layers) <= MAX_LAYERS, runs
+    assert layers <= set(runs) and len(set(runs) - layers) <= tuning().max_layers, runs
 
 
 def staging_left(conn: psycopg.Connection) -> list[str]:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 import sys
 import time
+from contextlib import AbstractContextManager
+from dataclasses import replace
 
 # As in the code server, whose code location imports the asset checks: pandera sets
 # SPARK_LOCAL_IP=127.0.0.1 on import when it is unset, which must not decide where
@@ -22,7 +24,6 @@ import time
 import pandera.pyspark  # noqa: F401
 
 from p2panda_assets.engine.corpus import reduce_corpus
-from p2panda_assets.pipeline.index import verify
 from p2panda_assets.pipeline.run import run_pipeline
 from p2panda_assets.pipeline.spark import session as spark_settings
 from p2panda_assets.pipeline.spark.session import build_session, spark_config
@@ -31,6 +32,7 @@ from p2panda_assets.store.database import connect, ensure_schema
 from p2panda_assets.store.ingest import ingest
 from p2panda_assets.store.registry import register
 from p2panda_assets.testing.builder import CorpusBuilder, create_field, instances
+from p2panda_assets.tuning import PipelineTuning, tuned, tuning
 from tests.pipeline.compare import engine_accounts, engine_tables, pg_accounts, pg_tables
 
 
@@ -79,17 +81,21 @@ def cluster_corpus() -> CorpusBuilder:
     return corpus
 
 
-def take_the_paths_of_a_large_store() -> None:
+def take_the_paths_of_a_large_store() -> AbstractContextManager[PipelineTuning]:
     """A cluster is for large stores: their paths, here on a small corpus. Entries are
     verified and accounts copied by Spark tasks, which a cluster retries, and not in
     the driver."""
-    verify.SMALL_BATCH = 0
     spark_settings.SMALL_STORE_ENTRIES = 0
+    return tuned(replace(tuning(), verify_in_driver=0))
 
 
 def run(url: str, master: str) -> dict[str, object]:
     """Run and compare; the evidence that the cluster did the work, for the test."""
-    take_the_paths_of_a_large_store()
+    with take_the_paths_of_a_large_store():
+        return run_large(url, master)
+
+
+def run_large(url: str, master: str) -> dict[str, object]:
     corpus = cluster_corpus()
     expected = reduce_corpus(corpus.pairs)
     registered = sorted(expected.histories)

@@ -9,7 +9,6 @@ from p2panda_assets.engine.corpus import reduce_corpus
 from p2panda_assets.pipeline.build.increments import layer_sums
 from p2panda_assets.pipeline.columnar.arrow_io import DRIVER_PATH_ENVS
 from p2panda_assets.pipeline.columnar.warehouse import NO_SCHEMA
-from p2panda_assets.pipeline.index import step as index_module
 from p2panda_assets.pipeline.index.paths import DriverIndexSteps, SparkIndexSteps
 from p2panda_assets.pipeline.index.step import APPEND_MIN_ENV, run_index
 from p2panda_assets.pipeline.run import run_pipeline
@@ -70,8 +69,8 @@ def test_growing_logs_are_appended_layer_by_layer(spark, session_database):
     assert run_parts(spark, session_database, corpus, parts, [schema.schema_id]) == [0, 1, 2, 3]
 
 
-def test_many_layers_are_chained_into_one_run_again(spark, session_database, monkeypatch):
-    monkeypatch.setattr(index_module, "MAX_LAYERS", 2)
+def test_many_layers_are_chained_into_one_run_again(spark, session_database, tune):
+    tune(max_layers=2)
     corpus, schema = notes()
     log = instances(corpus.author(2), 1)
     for title in "abcdefgh":

@@ -49,7 +49,7 @@ def threads() -> tuple[CorpusBuilder, list[str], dict[str, set[bytes]]]:
 
 
 @pytest.fixture(params=["driver", "spark"])
-def settled_in(request, monkeypatch) -> str:
+def settled_in(request, monkeypatch, tune) -> str:
     """Where the cascades are settled; the other way fails the test if it is taken."""
 
     def not_here(*args, **kwargs):
@@ -58,7 +58,7 @@ def settled_in(request, monkeypatch) -> str:
     if request.param == "driver":
         monkeypatch.setattr(cascades, "_in_spark", not_here)
     else:
-        monkeypatch.setattr(cascades, "DRIVER_CASCADE_ROWS", 0)
+        tune(collect_cascade_rows=0)
         monkeypatch.setattr(cascades, "_in_driver", not_here)
     return request.param
 

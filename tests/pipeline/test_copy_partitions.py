@@ -10,7 +10,6 @@ import psycopg
 import pytest
 from pyspark.sql import SparkSession
 
-from p2panda_assets.pipeline.postgres import copy
 from p2panda_assets.pipeline.postgres.copy import Columns, Derived, copy_partitions
 from p2panda_assets.store.copying import Target
 
@@ -93,10 +92,10 @@ def test_derived_rows_go_to_their_targets_in_the_same_scan(
 
 
 def test_rows_gathered_over_many_batches_are_all_written_and_a_late_failure_fails_alone(
-    spark: SparkSession, conn: psycopg.Connection, database_url: str, monkeypatch
+    spark: SparkSession, conn: psycopg.Connection, database_url: str, tune
 ) -> None:
     """Batches of 4 rows, written every 7 rows or more: several flushes a partition."""
-    monkeypatch.setattr(copy, "FLUSH_ROWS", 7)
+    tune(flush_rows=7)
     conn.execute("CREATE TABLE p2panda.copy_many (n bigint)")
     conn.execute("CREATE TABLE p2panda.copy_late (n bigint)")
     conn.execute("CREATE TABLE p2panda.copy_all (n bigint)")
@@ -138,12 +137,12 @@ def test_rows_gathered_over_many_batches_are_all_written_and_a_late_failure_fail
 
 
 def test_a_task_that_fails_after_writing_leaves_no_rows(
-    spark: SparkSession, conn: psycopg.Connection, database_url: str, monkeypatch
+    spark: SparkSession, conn: psycopg.Connection, database_url: str, tune
 ) -> None:
     """A task's rows are one transaction: a task that fails after some of its rows were
     written (here its derived rows fail on its last batch) leaves none of them, so the
     attempt Spark retries on a cluster (`local[*]` does not retry) writes them once."""
-    monkeypatch.setattr(copy, "FLUSH_ROWS", 7)
+    tune(flush_rows=7)
     conn.execute("CREATE TABLE p2panda.copy_undone (n bigint)")
     conn.execute("CREATE TABLE p2panda.copy_undone_all (n bigint)")
     targets = {"undone": Target("p2panda", "copy_undone", ("n",), ("int8",))}

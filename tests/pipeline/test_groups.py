@@ -72,7 +72,7 @@ def test_each_group_is_mapped_once_with_its_rows_in_order() -> None:
     ]
 
 
-def test_output_batches_are_cut_by_rows_or_by_bytes_after_a_group(monkeypatch) -> None:
+def test_output_batches_are_cut_by_rows_or_by_bytes_after_a_group() -> None:
     """A batch ends after the group that brings it to `OUTPUT_BATCH` rows or
     `OUTPUT_BYTES` bytes of binary values: a binary column holds at most 2 GiB, which
     4,096 reduced rows of 512 KiB blobs reach. Every row comes back, in order."""
@@ -81,9 +81,7 @@ def test_output_batches_are_cut_by_rows_or_by_bytes_after_a_group(monkeypatch) -
     none = [[{"name": "n", "seq": None, "payload": None}]]
 
     def cut(mapped: list[list[Row]], rows: int, size: int) -> list[int]:
-        monkeypatch.setattr(groups, "OUTPUT_BATCH", rows)
-        monkeypatch.setattr(groups, "OUTPUT_BYTES", size)
-        batches = list(groups.output_batches(mapped, SCHEMA))
+        batches = list(groups.output_batches(mapped, SCHEMA, rows, size))
         back = [row for batch in batches for row in python_rows(batch)]
         assert back == [row for group in mapped for row in group]
         return [batch.num_rows for batch in batches]

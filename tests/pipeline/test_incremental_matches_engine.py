@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import psycopg
 import pytest
@@ -19,10 +19,7 @@ from psycopg import sql
 
 from p2panda_assets.cli.materialize_cmd import result_line
 from p2panda_assets.engine.corpus import Corpus, reduce_corpus
-from p2panda_assets.pipeline.build import cascades, increments, staging
 from p2panda_assets.pipeline.columnar.arrow_io import DRIVER_PATH_ENVS
-from p2panda_assets.pipeline.index import chaining, verify
-from p2panda_assets.pipeline.index import step as index
 from p2panda_assets.pipeline.index.step import APPEND_MIN_ENV, run_index
 from p2panda_assets.pipeline.materialize import materialize_schemas
 from p2panda_assets.pipeline.run import run_pipeline
@@ -41,6 +38,7 @@ from p2panda_assets.testing.builder import (
     instances,
     remove_field,
 )
+from p2panda_assets.tuning import DEFAULTS, tuned, tuning
 from tests.pipeline.compare import (
     assert_stored_index_equals,
     engine_accounts,
@@ -99,31 +97,34 @@ def test_two_runs_equal_the_engine_on_the_whole_corpus(spark, session_database, 
         first = data.draw(st.lists(st.booleans(), min_size=len(pairs), max_size=len(pairs)))
     # The instances the new messages name are found by a predicate of literals when
     # few, by joins when many: both plans, on the same corpora.
-    literal_keys = data.draw(st.sampled_from([0, increments.LITERAL_KEYS]), label="literal keys")
+    literal_keys = data.draw(st.sampled_from([0, DEFAULTS.literal_keys]), label="literal keys")
     # The entries the chain rules reject or hold are taken out of the accepted ones by a
     # broadcast join when few, a shuffled one when many: both plans.
-    held = data.draw(st.sampled_from([0, chaining.BROADCAST_HELD]), label="broadcast held up to")
+    held = data.draw(st.sampled_from([0, DEFAULTS.broadcast_held]), label="broadcast held up to")
     # Each index step that chains everything compacts the verified batches first, or
     # (the default, on these small stores) never.
-    compact = data.draw(st.sampled_from([0, verify.COMPACT_BATCHES]), label="compact above")
+    compact = data.draw(st.sampled_from([0, DEFAULTS.compact_batches]), label="compact above")
     # A few entries are chained (appended) in the driver, more in Spark partitions.
     in_driver = data.draw(
-        st.sampled_from([0, chaining.DRIVER_CHAIN_ENTRIES]), label="chain in driver"
+        st.sampled_from([0, DEFAULTS.collect_chain_entries]), label="chain in driver"
     )
     # A whole build's cascades are settled in the driver or in Spark.
     settled = data.draw(
-        st.sampled_from([0, cascades.DRIVER_CASCADE_ROWS]), label="cascades in driver up to"
+        st.sampled_from([0, DEFAULTS.collect_cascade_rows]), label="cascades in driver up to"
     )
     # An increment runs in Spark jobs or, when small, in the driver: both paths.
-    driver_path = data.draw(st.sampled_from(["-1", "1000000"]), label="driver path up to")
-    with empty_store(session_database) as conn, pytest.MonkeyPatch.context() as patch:
-        for name in DRIVER_PATH_ENVS:
-            patch.setenv(name, driver_path)
-        patch.setattr(cascades, "DRIVER_CASCADE_ROWS", settled)
-        patch.setattr(increments, "LITERAL_KEYS", literal_keys)
-        patch.setattr(chaining, "BROADCAST_HELD", held)
-        patch.setattr(verify, "COMPACT_BATCHES", compact)
-        patch.setattr(chaining, "DRIVER_CHAIN_ENTRIES", in_driver)
+    driver_path = data.draw(st.sampled_from([-1, 1_000_000]), label="driver path up to")
+    chosen = replace(
+        tuning(),
+        driver_path_entries=driver_path,
+        driver_path_messages=driver_path,
+        collect_cascade_rows=settled,
+        literal_keys=literal_keys,
+        broadcast_held=held,
+        compact_batches=compact,
+        collect_chain_entries=in_driver,
+    )
+    with empty_store(session_database) as conn, tuned(chosen):
         ingest(conn, [p for p, early in zip(pairs, first, strict=True) if early])
         for schema_id in sorted(registered):
             register(conn, *parse_schema_id(schema_id), None)
@@ -494,10 +495,9 @@ def growing_mail(draw: st.DrawFn) -> tuple[CorpusBuilder, list[str], int]:
 def test_a_growing_store_with_cascades_equals_the_engine(spark, session_database, growing, data):
     corpus, schema_ids, cut = growing
     settled = data.draw(
-        st.sampled_from([0, cascades.DRIVER_CASCADE_ROWS]), label="cascades in driver up to"
+        st.sampled_from([0, DEFAULTS.collect_cascade_rows]), label="cascades in driver up to"
     )
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(cascades, "DRIVER_CASCADE_ROWS", settled)
+    with tuned(replace(tuning(), collect_cascade_rows=settled)):
         outcomes, appended = run_in_two_parts(spark, session_database, corpus, cut, schema_ids)
     event(f"the second index step appended: {appended}")
     event(f"incremental builds in the second run: {sum(o.incremental for o in outcomes.values())}")
@@ -607,17 +607,15 @@ def test_runs_of_one_schema_at_a_time_then_all_equal_the_engine(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(growing=growing_mail())
-def test_deleted_sets_too_large_to_broadcast_flag_the_same_rows(
-    spark, session_database, monkeypatch, growing
-):
-    """Above `BROADCAST_KEYS` deleted rows, `staging.flag_live` shuffles the instances to
-    meet them instead of broadcasting them: the tables and accounts are the engine's
-    still. The increments take the Spark path, where the flags are joined."""
-    monkeypatch.setattr(staging, "BROADCAST_KEYS", -1)
-    for name in DRIVER_PATH_ENVS:
-        monkeypatch.setenv(name, "-1")
+def test_deleted_sets_too_large_to_broadcast_flag_the_same_rows(spark, session_database, growing):
+    """Above `PipelineTuning.broadcast_keys` deleted rows, `staging.flag_live` shuffles the
+    instances to meet them instead of broadcasting them (and so do the increments' keys and
+    owners): the tables and accounts are the engine's still. The increments take the Spark
+    path, where the flags are joined."""
     corpus, schema_ids, cut = growing
-    run_in_two_parts(spark, session_database, corpus, cut, schema_ids)
+    shuffled = replace(tuning(), broadcast_keys=-1, driver_path_entries=-1, driver_path_messages=-1)
+    with tuned(shuffled):
+        run_in_two_parts(spark, session_database, corpus, cut, schema_ids)
 
 
 def test_an_increment_postgresql_refuses_fails_only_its_schema(spark, session_database):
@@ -658,11 +656,10 @@ def test_an_increment_postgresql_refuses_fails_only_its_schema(spark, session_da
         assert status == "failed"
 
 
-def test_runs_over_compacted_batches_equal_the_engine(spark, session_database, monkeypatch):
+def test_runs_over_compacted_batches_equal_the_engine(spark, session_database, tune):
     """Verified batches compacted by the index steps that chain everything, and appended
     to by the ones between: after every run, the tables and accounts of the store so far."""
-    monkeypatch.setattr(verify, "COMPACT_BATCHES", 1)
-    monkeypatch.setattr(index, "MAX_LAYERS", 2)  # every other index step chains everything
+    tune(compact_batches=1, max_layers=2)  # every other index step chains everything
     corpus, profile, mail, people, panda, post, sloth = mails_to_panda_and_sloth()
     cuts = [len(corpus.pairs)]
     for title in ("one", "two", "three"):

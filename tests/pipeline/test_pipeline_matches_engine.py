@@ -6,6 +6,7 @@ for value."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import psycopg
@@ -17,10 +18,9 @@ from hypothesis import strategies as st
 
 from p2panda_assets.engine.corpus import reduce_corpus
 from p2panda_assets.errors import P2pandaError
-from p2panda_assets.pipeline.build import cascades
 from p2panda_assets.pipeline.columnar.arrow_io import DRIVER_PATH_ENVS
 from p2panda_assets.pipeline.columnar.warehouse import exists, remove
-from p2panda_assets.pipeline.index import chaining, verify
+from p2panda_assets.pipeline.index import chaining
 from p2panda_assets.pipeline.index.step import last_index
 from p2panda_assets.pipeline.index.verify import current_warehouse
 from p2panda_assets.pipeline.run import run_pipeline
@@ -34,6 +34,7 @@ from p2panda_assets.store.ingest import ingest
 from p2panda_assets.store.pipeline_state import count_good_entries
 from p2panda_assets.store.registry import register
 from p2panda_assets.testing.builder import CorpusBuilder, create_field, instances
+from p2panda_assets.tuning import DEFAULTS, tuned, tuning
 from tests.pipeline.compare import (
     assert_stored_index_equals,
     engine_accounts,
@@ -84,27 +85,29 @@ def test_pipeline_tables_and_accounts_equal_the_engine(spark, session_database, 
     in_spark = data.draw(st.booleans(), label="verify in Spark partitions")
     # The entries the chain rules reject or hold are taken out of the accepted ones by a
     # broadcast join when few, a shuffled one when many: both plans.
-    held = data.draw(st.sampled_from([0, chaining.BROADCAST_HELD]), label="broadcast held up to")
+    held = data.draw(st.sampled_from([0, DEFAULTS.broadcast_held]), label="broadcast held up to")
     # A few entries are chained in the driver, more in Spark partitions: both paths.
     in_driver = data.draw(
-        st.sampled_from([0, chaining.DRIVER_CHAIN_ENTRIES]), label="chain in driver"
+        st.sampled_from([0, DEFAULTS.collect_chain_entries]), label="chain in driver"
     )
     # The cascades are settled in the driver when few instances take part, in Spark
     # when many (0: in Spark unless none does).
     settled = data.draw(
-        st.sampled_from([0, cascades.DRIVER_CASCADE_ROWS]), label="cascades in driver up to"
+        st.sampled_from([0, DEFAULTS.collect_cascade_rows]), label="cascades in driver up to"
     )
     # The index step runs in Spark jobs or, for few entries, in the driver with pyarrow
-    # (`index_paths`): both paths.
-    driver_path = data.draw(st.sampled_from(["-1", "1000000"]), label="driver path up to")
-    with pytest.MonkeyPatch.context() as patch:
-        for name in DRIVER_PATH_ENVS:
-            patch.setenv(name, driver_path)
-        if in_spark:
-            patch.setattr(verify, "SMALL_BATCH", 0)
-        patch.setattr(chaining, "BROADCAST_HELD", held)
-        patch.setattr(chaining, "DRIVER_CHAIN_ENTRIES", in_driver)
-        patch.setattr(cascades, "DRIVER_CASCADE_ROWS", settled)
+    # (`pipeline.index.paths`): both paths.
+    driver_path = data.draw(st.sampled_from([-1, 1_000_000]), label="driver path up to")
+    chosen = replace(
+        tuning(),
+        driver_path_entries=driver_path,
+        driver_path_messages=driver_path,
+        verify_in_driver=0 if in_spark else DEFAULTS.verify_in_driver,
+        broadcast_held=held,
+        collect_chain_entries=in_driver,
+        collect_cascade_rows=settled,
+    )
+    with tuned(chosen):
         check_equal(spark, session_database, corpus.pairs, registered)
 
 
@@ -293,13 +296,11 @@ def test_payloads_that_do_not_decode_keep_the_engines_reason(
 
 
 @pytest.mark.parametrize("in_spark", [False, True], ids=["verified in the driver", "in Spark"])
-def test_the_sensors_find_a_revert_the_pipeline_verified(
-    spark, session_database, monkeypatch, in_spark
-):
+def test_the_sensors_find_a_revert_the_pipeline_verified(spark, session_database, tune, in_spark):
     """Reverts are found in PostgreSQL's message index, which keeps the schema messages
     (and no others) of the entries verification found good."""
     if in_spark:
-        monkeypatch.setattr(verify, "SMALL_BATCH", 0)
+        tune(verify_in_driver=0)
     corpus = CorpusBuilder()
     schema = corpus.author(1).schema(7, "reverted")
     schema.migrate(create_field("title", "text"))

@@ -16,7 +16,6 @@ from pyspark.sql import functions as F
 
 from p2panda_assets.pipeline.columnar.layers import DECODED_COLUMNS, read_layers, read_schema_layers
 from p2panda_assets.pipeline.columnar.warehouse import NO_SCHEMA, WAREHOUSE_ENV, Warehouse, children
-from p2panda_assets.pipeline.index import verify
 from p2panda_assets.pipeline.index.verify import (
     VERIFIED_READ,
     compact_verified,
@@ -142,20 +141,18 @@ def batches_verified(conn, warehouse: Warehouse, first: int, last: int) -> None:
 
 
 @pytest.fixture
-def store(session_database: str, tmp_path: Path, monkeypatch) -> Iterator[tuple]:
+def store(session_database: str, tmp_path: Path, monkeypatch, tune) -> Iterator[tuple]:
     """An empty entry store, and its columnar store's directories (under `tmp_path`),
     whose verified batches are compacted once more than one is outside the compacted."""
     monkeypatch.setenv(WAREHOUSE_ENV, str(tmp_path))
-    monkeypatch.setattr(verify, "COMPACT_BATCHES", 1)
+    tune(compact_batches=1)
     with empty_store(session_database) as conn:
         yield conn, Warehouse(str(tmp_path), pipeline_state(conn).warehouse_token)
 
 
 @pytest.mark.postgres
-def test_compacted_batches_read_as_every_batch_did(
-    spark: SparkSession, store: tuple, monkeypatch
-) -> None:
-    monkeypatch.setattr(verify, "COMPACT_BATCHES", 3)
+def test_compacted_batches_read_as_every_batch_did(spark: SparkSession, store: tuple, tune) -> None:
+    tune(compact_batches=3)
     conn, warehouse = store
     batches_verified(conn, warehouse, 1, 3)
     assert (

@@ -9,7 +9,7 @@ in the schemas the references point at (in bench/pipeline.py's store of 100,000 
 ~3,000 of ~62,000). The driver collects them in one Spark job and settles the cascades
 with `increments.cascade_increments`, the rule the increments already settle theirs
 by; a build without a cascade field that names a known schema runs no job at all.
-Above `DRIVER_CASCADE_ROWS` of them, the cascades run in Spark, a fixpoint of joins
+Above `PipelineTuning.collect_cascade_rows` of them, the cascades run in Spark, a fixpoint of joins
 over all the build's schemas.
 """
 
@@ -26,12 +26,13 @@ from p2panda_assets.engine.corpus import Catalog
 from p2panda_assets.pipeline.build.increments import Again, cascade_increments, cascade_targets
 from p2panda_assets.pipeline.spark.frames import local_frame
 from p2panda_assets.store import tables
+from p2panda_assets.tuning import tuning
 
 # Up to this many rows of `_cascading` (a row per cascade reference, and one per
 # instance a message deleted in a schema that references point at), the driver settles
 # the cascades (`_in_driver`); the set of what they delete is then at most as large,
-# small enough to broadcast (`increments.BROADCAST_KEYS`).
-DRIVER_CASCADE_ROWS = 200_000
+# small enough to broadcast (`PipelineTuning.broadcast_keys`). The bound is
+# `collect_cascade_rows` (200,000).
 
 DELETED_DDL = "schema string, hash binary"
 
@@ -75,7 +76,7 @@ Cascading = list[tuple[str, bytes, bool, str | None, bytes | None]]
 def _cascading(instances: DataFrame, within: list[str]) -> Cascading | None:
     """The instances with a cascade reference, a row per reference, and those a message
     deleted in the schemas `within` the build that references point at, if at most
-    `DRIVER_CASCADE_ROWS` rows (one Spark job; None if more). Flat columns: out of
+    `PipelineTuning.collect_cascade_rows` rows (one Spark job; None if more). Flat columns: out of
     Arrow, list columns cost six times as much (0.39 s against 0.07 s for 130,000 rows,
     measured alone)."""
     pairs = F.explode_outer(F.arrays_zip("cascade_target", "cascade_ref")).alias("c")
@@ -84,8 +85,9 @@ def _cascading(instances: DataFrame, within: list[str]) -> Cascading | None:
     flat = wanted.select("schema", "hash", "deleted", pairs).select(
         "schema", "hash", "deleted", "c.cascade_target", "c.cascade_ref"
     )
-    table = flat.limit(DRIVER_CASCADE_ROWS + 1).toArrow()
-    if table.num_rows > DRIVER_CASCADE_ROWS:
+    most = tuning().collect_cascade_rows
+    table = flat.limit(most + 1).toArrow()
+    if table.num_rows > most:
         return None
     columns = (table.column(i).to_pylist() for i in range(table.num_columns))
     return cast(Cascading, list(zip(*columns, strict=True)))

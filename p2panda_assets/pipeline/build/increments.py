@@ -54,6 +54,7 @@ from p2panda_assets.store import tables
 from p2panda_assets.store.pipeline_state import LayerSums
 from p2panda_assets.store.registry import table_name_for
 from p2panda_assets.store.tables import BuildState
+from p2panda_assets.tuning import tuning
 
 NEW_SHARE = 0.5  # above this share of new messages a schema is built whole
 
@@ -310,10 +311,9 @@ def reached_rows(
     return reached
 
 
-# Up to this many keys, rows are marked by a predicate of literals; above, by a join
-# (each literal costs a call into the JVM), the keys broadcast up to BROADCAST_KEYS.
-LITERAL_KEYS = 2_000
-BROADCAST_KEYS = 200_000
+# Up to `literal_keys` (2,000) keys, rows are marked by a predicate of literals; above, by
+# a join (each literal costs a call into the JVM), the keys broadcast up to
+# `broadcast_keys` (200,000).
 
 
 def among(frame: DataFrame, column: str, keys: set[bytes]) -> DataFrame:
@@ -327,13 +327,14 @@ def marked(frame: DataFrame, column: str, keys: set[bytes]) -> DataFrame:
     a frame, so each join with one is a broadcast job of its own or a sort-merge join
     that shuffles `frame`, and on the sensors' one-entry runs that costs more than the
     data (bench/latency.py)."""
-    if len(keys) <= LITERAL_KEYS:
+    settings = tuning()
+    if len(keys) <= settings.literal_keys:
         return frame.withColumn("marked", F.coalesce(F.col(column).isin(list(keys)), F.lit(False)))
     wanted = local_frame(
         frame.sparkSession, [(k, True) for k in keys], f"`{column}` binary, marked boolean"
     )
     joined = frame.join(
-        F.broadcast(wanted) if len(keys) <= BROADCAST_KEYS else wanted, column, "left"
+        F.broadcast(wanted) if len(keys) <= settings.broadcast_keys else wanted, column, "left"
     )
     return joined.withColumn("marked", F.coalesce(F.col("marked"), F.lit(False)))
 

@@ -33,6 +33,7 @@ from p2panda_assets.pipeline.index.chaining import account_rows, items_log
 from p2panda_assets.pipeline.postgres.copy import Columns
 from p2panda_assets.pipeline.spark.frames import local_frame
 from p2panda_assets.pipeline.spark.groups import Row, arrow_schema, map_groups
+from p2panda_assets.tuning import tuning
 
 REDUCED_ARROW = arrow_schema(
     [
@@ -325,7 +326,7 @@ def with_owners(items: DataFrame, decoded: DataFrame, instances: set[bytes]) -> 
     `instances`: the instances whose owners are wanted. The creates of those alone are
     looked up, by broadcast, instead of a join that shuffles every create of the store."""
     creates = decoded.filter(F.col("kind") == "create")
-    if len(instances) <= increments.BROADCAST_KEYS:
+    if len(instances) <= tuning().broadcast_keys:
         creates = F.broadcast(increments.among(creates, "hash", instances))
     owners = creates.select(
         F.col("hash").alias("instance"),

@@ -10,7 +10,6 @@ from pyspark.sql import functions as F
 
 from p2panda_assets.engine.lens import Lens
 from p2panda_assets.pipeline.build.columns import pg_type
-from p2panda_assets.pipeline.build.increments import BROADCAST_KEYS
 from p2panda_assets.pipeline.build.reduction import ACCOUNTED, accounts_of, deleted_of
 from p2panda_assets.pipeline.postgres.copy import (
     ACCOUNT_COLUMNS,
@@ -22,6 +21,7 @@ from p2panda_assets.pipeline.postgres.copy import (
 from p2panda_assets.store import tables
 from p2panda_assets.store.copying import Target, copy_type
 from p2panda_assets.store.pipeline_state import Stage
+from p2panda_assets.tuning import tuning
 
 # The system columns as the binary COPY names their types, from the one table of them.
 SYSTEM_TYPES = tuple(copy_type(pg) for _, pg in tables.SYSTEM_COLUMNS)
@@ -30,11 +30,11 @@ SYSTEM_TYPES = tuple(copy_type(pg) for _, pg in tables.SYSTEM_COLUMNS)
 def flag_live(rows: DataFrame, deleted: DataFrame, deleted_rows: int) -> DataFrame:
     """The rows with `live`: not deleted by a message (the reduction's `deleted`) and
     not in `deleted` (schema, hash), of `deleted_rows` rows: the cascades' deletes, or
-    all. Up to `BROADCAST_KEYS` rows, `deleted` is broadcast; above, both sides are
+    all. Up to `PipelineTuning.broadcast_keys` rows, `deleted` is broadcast; above, both sides are
     shuffled (at 1M, ~100,000 deleted ids: the rows were copied in 4.2 s broadcast
     against 10.3-10.6 s shuffled, bench/pipeline.py --spark-events)."""
     gone = deleted.withColumn("gone", F.lit(True))
-    if deleted_rows <= BROADCAST_KEYS:
+    if deleted_rows <= tuning().broadcast_keys:
         gone = F.broadcast(gone)
     joined = rows.join(gone, ["schema", "hash"], "left")
     by_message = F.coalesce(F.col("deleted"), F.lit(False))

@@ -10,7 +10,6 @@ messages. The same files Spark reads and writes (`pipeline.columnar.layers`,
 from __future__ import annotations
 
 import logging
-import os
 import secrets
 from collections.abc import Sequence
 
@@ -21,6 +20,7 @@ import pyarrow.parquet as pq
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from p2panda_assets.pipeline.columnar.layers import DECODED_SPARK, LAYER_SPARK
+from p2panda_assets.tuning import ENVIRONMENT, tuning
 
 log = logging.getLogger(__name__)
 
@@ -37,21 +37,17 @@ SCHEMA_PARTITIONING = ds.partitioning(pa.schema([("schema", pa.string())]), flav
 # messages); at 100k, a whole run of 100k entries took 14.7 s against 17.8 s in Spark.
 # Messages: the most new messages an increment reduces in the driver (on a store of 1M,
 # 10 in 1.2 s against 3.7 s, 20,000 in 6.1 s against 8.8 s). -1 turns either off.
-DRIVER_PATH_ENTRIES_ENV = "P2PANDA_DRIVER_PATH_ENTRIES"
-DEFAULT_DRIVER_PATH_ENTRIES = 100_000
-DRIVER_PATH_MESSAGES_ENV = "P2PANDA_DRIVER_PATH_MESSAGES"
-DEFAULT_DRIVER_PATH_MESSAGES = 20_000
-DRIVER_PATH_ENVS = (DRIVER_PATH_ENTRIES_ENV, DRIVER_PATH_MESSAGES_ENV)
+DRIVER_PATH_ENVS = (ENVIRONMENT["driver_path_entries"], ENVIRONMENT["driver_path_messages"])
 
 
 def driver_path_entries() -> int:
     """Most entries (messages) a driver-path step reads (`P2PANDA_DRIVER_PATH_ENTRIES`)."""
-    return int(os.environ.get(DRIVER_PATH_ENTRIES_ENV) or DEFAULT_DRIVER_PATH_ENTRIES)
+    return tuning().driver_path_entries
 
 
 def driver_path_messages() -> int:
     """Most new messages an increment reduces in the driver (`P2PANDA_DRIVER_PATH_MESSAGES`)."""
-    return int(os.environ.get(DRIVER_PATH_MESSAGES_ENV) or DEFAULT_DRIVER_PATH_MESSAGES)
+    return tuning().driver_path_messages
 
 
 class LocalReadUnavailable(Exception):

@@ -17,20 +17,20 @@ other's files:
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
 from p2panda_assets.home import p2panda_home
+from p2panda_assets.tuning import ENVIRONMENT, tuning
 
-WAREHOUSE_ENV = "P2PANDA_WAREHOUSE"
+WAREHOUSE_ENV = ENVIRONMENT["warehouse"]
 NO_SCHEMA = "-"  # the chained partition of logs that belong to no schema (yet)
 
 
 def warehouse_root() -> str:
     """The configured root, without a trailing slash."""
-    configured = os.environ.get(WAREHOUSE_ENV, "").strip()
+    configured = tuning().warehouse
     root = configured or str(p2panda_home().resolve() / "warehouse")
     return root.rstrip("/")
 

@@ -42,6 +42,7 @@ from p2panda_assets.protocol.entry import decode_entry
 from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.protocol.log import EntryLinks, LogTip
 from p2panda_assets.protocol.messages import SchemaHashRef, SchemaVersionRef, VersionedSchema
+from p2panda_assets.tuning import tuning
 
 # What chaining reads of each verified entry: its links and what verification indexed of
 # its message (`entry`: only in batches verified before the links were kept). Not the
@@ -270,20 +271,21 @@ def chain_logs(verified: DataFrame, extra: tuple[str, ...] = ()) -> DataFrame:
     return chained.persist(StorageLevel.DISK_ONLY)
 
 
-# Up to this many entries to chain, the driver chains them (`chain_in_driver`).
-DRIVER_CHAIN_ENTRIES = 20_000
+# Up to `collect_chain_entries` (20,000) entries to chain, they are collected to Spark's
+# driver and chained there (`chain_in_driver`).
 
 
 def few_to_chain(entries: int) -> bool:
     """Whether `entries` are few enough for the driver to chain (`rows_to_chain`)."""
-    return entries <= DRIVER_CHAIN_ENTRIES
+    return entries <= tuning().collect_chain_entries
 
 
 def rows_to_chain(verified: DataFrame) -> list[Row] | None:
     """What `chain_logs` reads of `verified`, in the driver, if it is at most
-    `DRIVER_CHAIN_ENTRIES` entries (one Spark job); None if more."""
-    table = verified.select(*CHAIN_INPUT).limit(DRIVER_CHAIN_ENTRIES + 1).toArrow()
-    if table.num_rows > DRIVER_CHAIN_ENTRIES:
+    `PipelineTuning.collect_chain_entries` entries (one Spark job); None if more."""
+    most = tuning().collect_chain_entries
+    table = verified.select(*CHAIN_INPUT).limit(most + 1).toArrow()
+    if table.num_rows > most:
         return None
     return [row for batch in table.to_batches() for row in python_rows(batch)]
 
@@ -340,9 +342,8 @@ def chained_logs_of(log_rows: Iterable[Mapping[str, Any]]) -> ChainedLogs:
     return ChainedLogs(logs, held, unexplained, sums)
 
 
-# Up to this many rejected or held entries, `accepted_entries` broadcasts their hashes
-# (~40 bytes each in the join); above, both sides are shuffled.
-BROADCAST_HELD = 200_000
+# Up to `broadcast_held` (200,000) rejected or held entries, `accepted_entries` broadcasts
+# their hashes (~40 bytes each in the join); above, both sides are shuffled.
 
 
 def accepted_entries(verified: DataFrame, chained: DataFrame, held: int) -> DataFrame:
@@ -353,5 +354,5 @@ def accepted_entries(verified: DataFrame, chained: DataFrame, held: int) -> Data
         return verified
     hashes = chained.filter(F.col("row_type") == "account").select("hash")
     return verified.join(
-        F.broadcast(hashes) if held <= BROADCAST_HELD else hashes, "hash", "left_anti"
+        F.broadcast(hashes) if held <= tuning().broadcast_held else hashes, "hash", "left_anti"
     )

@@ -23,7 +23,6 @@ new, or many layers.
 
 from __future__ import annotations
 
-import os
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -65,6 +64,7 @@ from p2panda_assets.protocol.log import LogTip, anchors_for
 from p2panda_assets.statuses import BuildPath
 from p2panda_assets.store import pipeline_state as state_sql
 from p2panda_assets.store.catalog import load_catalog, registered_schemas, stored_catalog
+from p2panda_assets.tuning import ENVIRONMENT, tuned, tuning
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +88,9 @@ class IndexResult:
 def run_index(spark: SparkSession, conn: psycopg.Connection, url: str) -> IndexResult:
     """The whole index step, under an advisory lock (concurrent runs wait, then find
     nothing left to verify). Its Spark work is bounded (`watchdog.watched`), and a JVM
-    that runs out of heap under it is named (`jvm_failures`)."""
-    with watched(spark, holder=conn), jvm_failures_explained(spark):
+    that runs out of heap under it is named (`jvm_failures`). One tuning holds for the
+    whole step: the one in force when it started."""
+    with tuned(tuning()), watched(spark, holder=conn), jvm_failures_explained(spark):
         state_sql.hold_pipeline_lock(conn)
         try:
             verified = verify_new_entries(spark, conn, url)
@@ -182,20 +183,14 @@ def _run_index(
     )
 
 
-# Appending stops at this many layers: the next step chains everything into one run.
-MAX_LAYERS = 12
+# Appending stops at `max_layers` layers (12): the next step chains everything into one run.
 # ... and when more than this share of the verified entries is new.
 APPEND_SHARE = 0.5
 # Below this many verified entries (`P2PANDA_APPEND_MIN_ENTRIES`) chaining everything is
 # as fast as appending (bench/pipeline.py at 100k: 3.5 s either way), and every layer
 # costs each later read of the chained messages a little (bench/latency.py on a small
 # store: +1.3 s a run).
-APPEND_MIN_ENV = "P2PANDA_APPEND_MIN_ENTRIES"
-DEFAULT_APPEND_MIN_ENTRIES = 100_000
-
-
-def append_min_entries() -> int:
-    return int(os.environ.get(APPEND_MIN_ENV) or DEFAULT_APPEND_MIN_ENTRIES)
+APPEND_MIN_ENV = ENVIRONMENT["append_min_entries"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,12 +236,13 @@ def _append_index(
     """Continue the logs the new batches touch, from their tips, and write their new
     messages as one more layer; None when only chaining every log again is exact (see
     the module's docstring), or cheaper. `good`: the verified entries of the store."""
+    settings = tuning()
     since = state_sql.indexed_batch(conn)
-    if since is None or not state.layers or len(state.layers) >= MAX_LAYERS:
+    if since is None or not state.layers or len(state.layers) >= settings.max_layers:
         return None
     if since < state.compacted_through:  # the new batches' own directories are gone
         return None
-    if good < append_min_entries():
+    if good < settings.append_min_entries:
         return None
     steps = index_steps(spark, warehouse, None, since, state.batch)
     new = steps.verified(state, since)

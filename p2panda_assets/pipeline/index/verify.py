@@ -47,6 +47,7 @@ from p2panda_assets.pipeline.spark.session import entries_per_partition
 from p2panda_assets.protocol.message_index import decoded_and_indexed
 from p2panda_assets.store import pipeline_state as state_sql
 from p2panda_assets.store.copying import Target, copy_rows
+from p2panda_assets.tuning import tuning
 
 VERIFIED_ARROW = arrow_schema(
     [
@@ -204,11 +205,10 @@ def write_compacted(
     return run
 
 
-# A store with more verified batches than this outside the compacted directory has them
-# compacted by the next index step that reads every verified entry. Each directory costs
-# such a read ~2 ms to list (bench/store_reads.py: 2,000 batches 3.7 s), and a sensor's
-# run that verifies something adds one.
-COMPACT_BATCHES = 64
+# A store with more verified batches than `compact_batches` (64) outside the compacted
+# directory has them compacted by the next index step that reads every verified entry.
+# Each directory costs such a read ~2 ms to list (bench/store_reads.py: 2,000 batches
+# 3.7 s), and a sensor's run that verifies something adds one.
 
 
 def compact_verified(
@@ -218,13 +218,13 @@ def compact_verified(
     state: state_sql.PipelineState,
 ) -> state_sql.PipelineState:
     """Rewrite the verified batches as one directory, each row with its batch number,
-    once more than `COMPACT_BATCHES` are outside it; the state to read them by. The
+    once more than `PipelineTuning.compact_batches` are outside it; the state to read them by. The
     caller holds `PIPELINE_LOCK` (no other step reads or writes the batches).
 
     The new directory is written under a name of its own and only then committed; the
     directories it replaces are removed after the commit, and what a run that died
     between the two left is removed by the next compaction."""
-    if state.batch - state.compacted_through <= COMPACT_BATCHES:
+    if state.batch - state.compacted_through <= tuning().compact_batches:
         return state
     for name in children(spark, warehouse.compacted_root):
         if name != state.compacted_run:  # left by a run that died before its commit
@@ -237,7 +237,6 @@ def compact_verified(
     return replace(state, compacted_run=run, compacted_through=state.batch)
 
 
-SMALL_BATCH = 2_000  # up to this many new entries are verified in the driver
 ENTRIES_PER_TASK = 5_000  # more than this many new entries a core: two rounds of tasks
 
 
@@ -280,7 +279,7 @@ def verify_new_entries(spark: SparkSession, conn: psycopg.Connection, url: str) 
     accounts = state_sql.stage_table(conn, "accounts", token)
     try:
         bounds = (state.verified_through, high)
-        if new <= SMALL_BATCH:
+        if new <= tuning().verify_in_driver:
             _verify_in_driver(spark, conn, bounds, path, index, accounts)
         else:
             _verify_in_spark(spark, url, new, bounds, path, index, accounts)

@@ -34,6 +34,7 @@ from p2panda_assets.pipeline.spark.groups import arrow_schema
 from p2panda_assets.pipeline.spark.session import sized_for_the_driver
 from p2panda_assets.store.copying import Target, copy_rows
 from p2panda_assets.store.pipeline_state import Stage
+from p2panda_assets.tuning import tuning
 
 # The columns of p2panda.accounts every stage of the pipeline writes (origin aside).
 ACCOUNT_COLUMNS = (
@@ -71,13 +72,17 @@ class Derived:
     rows_of: Callable[[Columns], Iterable[Sequence[object]]]
 
 
-# A partition's rows wait in its worker until this many, or this many bytes of table
-# rows, are there, then each destination's go in one COPY. A batch (2,000 rows) of a
-# partition holds rows of most schemas, and a COPY costs ~0.4 ms however few its rows
-# (20 COPYs of 100 accounts against one of 2,000, into a local server): a COPY per
+# A partition's rows wait in its worker until `flush_rows` (50,000), or `flush_bytes` (16
+# MiB) of table rows, are there, then each destination's go in one COPY. A batch (2,000
+# rows) of a partition holds rows of most schemas, and a COPY costs ~0.4 ms however few its
+# rows (20 COPYs of 100 accounts against one of 2,000, into a local server): a COPY per
 # destination and batch was thousands of them at 1M entries.
-FLUSH_ROWS = 50_000
-FLUSH_BYTES = 16 * 2**20
+
+
+def flush_thresholds() -> tuple[int, int]:
+    """(rows, bytes) a writer gathers before it copies: the driver's, passed to workers."""
+    settings = tuning()
+    return settings.flush_rows, settings.flush_bytes
 
 
 def copy_partitions(
@@ -94,7 +99,7 @@ def copy_partitions(
     rows of each batch for its target; a failure there fails the call. All in the same
     scan of the frame: each more is another Spark job, and another read of what it
     reads. Rows are gathered over batches and written a destination at a time
-    (`FLUSH_ROWS`, `FLUSH_BYTES`)."""
+    (`PipelineTuning.flush_rows`, `PipelineTuning.flush_bytes`)."""
     with job_ledger(url) as ledger:
         # The thresholds as the driver has them now: the workers get them with the call.
         write = partial(
@@ -104,7 +109,7 @@ def copy_partitions(
             tally=tally,
             derived=derived,
             ledger=ledger,
-            thresholds=(FLUSH_ROWS, FLUSH_BYTES),
+            thresholds=flush_thresholds(),
         )
         results = frame.mapInArrow(write, RESULT_SPARK).collect()
     return copy_result(results)
@@ -120,8 +125,7 @@ def copy_locally(
     """`copy_partitions` of Arrow batches the driver holds (the driver path): the same
     writer, over one connection, in one transaction, without a ledger (nothing retries
     the driver)."""
-    thresholds = (FLUSH_ROWS, FLUSH_BYTES)
-    results = copy_batches(iter(batches), url, targets, tally, derived, None, thresholds)
+    results = copy_batches(iter(batches), url, targets, tally, derived, None, flush_thresholds())
     return copy_result(row for batch in results for row in batch.to_pylist())
 
 

@@ -12,12 +12,13 @@ P2PANDA_SPARK_DRIVER_HOST (and P2PANDA_SPARK_DRIVER_BIND), or from the master.
 from __future__ import annotations
 
 import ipaddress
-import os
 import socket
 from urllib.parse import urlsplit
 
-DRIVER_HOST_ENV = "P2PANDA_SPARK_DRIVER_HOST"
-DRIVER_BIND_ENV = "P2PANDA_SPARK_DRIVER_BIND"
+from p2panda_assets.tuning import ENVIRONMENT, tuning
+
+DRIVER_HOST_ENV = ENVIRONMENT["driver_host"]
+DRIVER_BIND_ENV = ENVIRONMENT["driver_bind"]
 LOOPBACK = "127.0.0.1"
 EVERY_INTERFACE = "0.0.0.0"
 STANDALONE_PORT = 7077  # a `spark://host` master without a port
@@ -64,7 +65,7 @@ def driver_host(master: str) -> str:
     on a local master, loopback (nothing connects from elsewhere); on a standalone master,
     this host's address toward it, which the master's hosts can reach back by the same
     route; failing that, this host's name."""
-    given = os.environ.get(DRIVER_HOST_ENV, "").strip()
+    given = tuning().driver_host
     if given:
         return given
     if is_local(master):
@@ -89,7 +90,7 @@ def driver_bind_address(master: str, host: str) -> str:
     gives here (Debian maps its own host name to 127.0.1.1). Else the host itself: an
     address (the pod's, the one toward the master, loopback) is this host's own to bind,
     and on a local master only the driver resolves the name it advertises."""
-    given = os.environ.get(DRIVER_BIND_ENV, "").strip()
+    given = tuning().driver_bind
     if given:
         return given
     if not is_local(master) and not is_address(host):

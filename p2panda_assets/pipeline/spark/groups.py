@@ -107,10 +107,15 @@ def map_groups(
     return arranged.mapInArrow(run, from_arrow_schema(schema))
 
 
-def output_batches(mapped: Iterable[list[Row]], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+def output_batches(
+    mapped: Iterable[list[Row]],
+    schema: pa.Schema,
+    most_rows: int = OUTPUT_BATCH,
+    most_bytes: int = OUTPUT_BYTES,
+) -> Iterator[pa.RecordBatch]:
     """The rows of each group, as `fn` mapped them, in batches of `schema` of at most
-    `OUTPUT_BATCH` rows or about `OUTPUT_BYTES` bytes of binary values (a batch is cut
-    after the group that reaches either)."""
+    `most_rows` rows or about `most_bytes` bytes of binary values (a batch is cut after
+    the group that reaches either)."""
     names = schema.names
     sized = [f.name for f in schema if pa.types.is_binary(f.type)]
     out: list[Row] = []
@@ -119,7 +124,7 @@ def output_batches(mapped: Iterable[list[Row]], schema: pa.Schema) -> Iterator[p
         out += rows
         values = cast(list[bytes | None], [row.get(n) for row in rows for n in sized])
         size += sum(len(value) for value in values if value)
-        if len(out) >= OUTPUT_BATCH or size >= OUTPUT_BYTES:
+        if len(out) >= most_rows or size >= most_bytes:
             yield _batch(out, names, schema)
             out, size = [], 0
     if out:

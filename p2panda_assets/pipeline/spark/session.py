@@ -23,12 +23,16 @@ from pyspark.sql import SparkSession
 
 from p2panda_assets.pipeline.spark.driver_address import driver_address_settings, is_local
 from p2panda_assets.pipeline.spark.groups import warm_casts
+from p2panda_assets.tuning import ENVIRONMENT, tuning
 
-JDBC_JAR = Path(os.environ.get("P2PANDA_JDBC_JAR", "/usr/share/java/postgresql.jar"))
+
+def jdbc_jar() -> Path:
+    """The PostgreSQL JDBC driver's jar Spark loads (`P2PANDA_JDBC_JAR`)."""
+    return Path(tuning().jdbc_jar)
 
 
 def spark_master() -> str:
-    return os.environ.get("SPARK_MASTER") or "local[*]"
+    return tuning().spark_master
 
 
 # Shuffle partitions per core, for a store large enough to keep every core busy, unless
@@ -42,8 +46,8 @@ PARTITIONS_PER_CORE = 2
 def parallel_partitions(cores: int | None = None) -> int:
     """Partitions that keep `cores` busy (the session's, else this host's): the count a
     mid-size store shuffles into; P2PANDA_SHUFFLE_PARTITIONS, if set."""
-    given = os.environ.get("P2PANDA_SHUFFLE_PARTITIONS")
-    return int(given) if given else PARTITIONS_PER_CORE * (cores or os.cpu_count() or 1)
+    given = tuning().shuffle_partitions
+    return given if given > 0 else PARTITIONS_PER_CORE * (cores or os.cpu_count() or 1)
 
 
 # A store of fewer verified entries than this per partition shuffles into fewer partitions.
@@ -53,14 +57,13 @@ ENTRIES_PER_SHUFFLE_PARTITION = 10_000
 # stay together, so a partition holds its share of whole logs). A task sorts, groups and
 # persists its partition, and the heap holds per task what grows with it: the bound is
 # what keeps a store of any size in the heap that 1M entries fit (docs/scale.md).
-ENTRIES_PER_PARTITION_ENV = "P2PANDA_ENTRIES_PER_PARTITION"
-ENTRIES_PER_PARTITION = 250_000
+ENTRIES_PER_PARTITION_ENV = ENVIRONMENT["entries_per_partition"]
 
 
 def entries_per_partition() -> int:
-    """The most verified entries one shuffle partition is sized for (`ENTRIES_PER_PARTITION`,
-    or P2PANDA_ENTRIES_PER_PARTITION)."""
-    return max(1, int(os.environ.get(ENTRIES_PER_PARTITION_ENV) or ENTRIES_PER_PARTITION))
+    """The most verified entries one shuffle partition is sized for
+    (`PipelineTuning.entries_per_partition`, 250,000, or P2PANDA_ENTRIES_PER_PARTITION)."""
+    return max(1, tuning().entries_per_partition)
 
 
 def shuffle_partitions_for(entries: int, cores: int | None = None) -> int:
@@ -137,12 +140,12 @@ def sized_for_the_driver(spark: SparkSession) -> bool:
 
 # The heap of the JVM that runs the driver and, on `local[*]`, the executors. 512m holds a
 # million entries as fast as 1g (bench/pipeline.py at 1M: 154.1 s against 151.9-154.1 s),
-# and with partitions of at most `ENTRIES_PER_PARTITION` five million too (docs/scale.md):
+# and with partitions of at most `entries_per_partition()` five million too (docs/scale.md):
 # what is large is persisted to disk, not cached, and sorts spill. The JVM's resident size
 # is about the heap plus 0.6 GiB (metaspace, code, threads, direct buffers). A local master
 # runs a task per core in that heap: it grows with the cores, not with the store.
 DRIVER_MEMORY = "512m"
-DRIVER_MEMORY_ENV = "P2PANDA_DRIVER_MEMORY"
+DRIVER_MEMORY_ENV = ENVIRONMENT["driver_memory"]
 HEAP_MIB_PER_LOCAL_CORE = 256
 
 
@@ -161,7 +164,7 @@ def driver_memory(master: str) -> str:
     """The driver's heap: P2PANDA_DRIVER_MEMORY, else `HEAP_MIB_PER_LOCAL_CORE` for each
     core a local master runs tasks on, never less than `DRIVER_MEMORY` (512m on 2 cores,
     2g on 8; the rule docs/operations.md states)."""
-    given = os.environ.get(DRIVER_MEMORY_ENV)
+    given = tuning().driver_memory
     if given:
         return given
     return f"{max(512, HEAP_MIB_PER_LOCAL_CORE * local_cores(master))}m"
@@ -172,7 +175,7 @@ ARROW_BATCH_BYTES = 64 * 2**20
 # More options for the driver JVM (on `local[*]` it runs the executors too), after the
 # product's own. JAVA_TOOL_OPTIONS would do it too, but the JVM then announces it on
 # stderr, which is the product's own. deploy/README.md measures one such option.
-JAVA_OPTIONS_ENV = "P2PANDA_SPARK_JAVA_OPTIONS"
+JAVA_OPTIONS_ENV = ENVIRONMENT["spark_java_options"]
 
 
 def spark_config(master: str | None = None) -> dict[str, Any]:
@@ -180,7 +183,7 @@ def spark_config(master: str | None = None) -> dict[str, Any]:
     return {
         "spark.master": master or spark_master(),
         "spark.app.name": "p2panda-assets",
-        "spark.jars": str(JDBC_JAR),
+        "spark.jars": str(jdbc_jar()),
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": str(parallel_partitions()),
         "spark.sql.execution.arrow.pyspark.enabled": "true",
@@ -221,7 +224,8 @@ def compiled_for_a_short_run(entries: int) -> Iterator[None]:
     """Around a command that starts its JVM for a few runs on a store of at most
     `entries` entries: C1 alone if the store is small (`SHORT_RUN_MAX_ENTRIES`), by
     P2PANDA_SPARK_JAVA_OPTIONS (put back after). The user's options there come after
-    it, so they can say otherwise."""
+    it, so they can say otherwise. The variable, not `tuned`: the JVM starts later, in
+    whichever thread or process the run builds its session in."""
     given = os.environ.get(JAVA_OPTIONS_ENV)
     if entries <= SHORT_RUN_MAX_ENTRIES:
         os.environ[JAVA_OPTIONS_ENV] = f"{SHORT_RUN_JAVA_OPTIONS} {given or ''}".strip()
@@ -236,7 +240,7 @@ def compiled_for_a_short_run(entries: int) -> Iterator[None]:
 
 # The driver's class-data archive (AppCDS): where it is and the options that map it.
 # `class_archive` builds it (and says why); it imports this module, not the reverse.
-ARCHIVE_ENV = "P2PANDA_CLASS_ARCHIVE"  # a path, or "off"
+ARCHIVE_ENV = ENVIRONMENT["class_archive"]  # a path, or "off"
 OFF = "off"
 # Unified logging of the class-data sharing tags: a mismatched archive is ignored quietly.
 QUIET = "-Xlog:cds*=off"
@@ -255,7 +259,7 @@ def archive_path() -> Path | None:
     under the Python environment, named by what it depends on (the JVM binary and the
     Spark jars), so that an upgrade of either names a new one. None: turned off, or no
     Java."""
-    setting = os.environ.get(ARCHIVE_ENV, "")
+    setting = tuning().class_archive
     if setting == OFF:
         return None
     if setting:
@@ -292,7 +296,7 @@ def driver_java_options(archive: bool = True) -> str:
         "-XX:+UseParallelGC",
         f"-Dlog4j2.configurationFile={log4j2}",
         *(archive_options() if archive else []),
-        os.environ.get(JAVA_OPTIONS_ENV, "").strip(),
+        tuning().spark_java_options,
     ]
     return " ".join(option for option in options if option)
 

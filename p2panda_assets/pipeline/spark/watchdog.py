@@ -19,7 +19,6 @@ sees whether a run's process lives, and this one does.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -33,40 +32,26 @@ from pyspark.sql import SparkSession
 from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.pipeline.spark.driver_address import is_local
 from p2panda_assets.store.pipeline_lock import another_connection, publish_progress
+from p2panda_assets.tuning import ENVIRONMENT, tuning
 
-NO_EXECUTOR_TIMEOUT_ENV = "P2PANDA_SPARK_NO_EXECUTOR_TIMEOUT"
-STALL_TIMEOUT_ENV = "P2PANDA_SPARK_STALL_TIMEOUT"
-# An executor of a standalone worker registers with the driver seconds after the
-# application asks for one: 7.7 and 15.6 s from the session's start to its first executor
-# (a master and a 1-core worker from the pyspark wheel, on this 2-core machine shared at
-# a load average of 12-15, so slower than it would be alone); the issue's compose stack
-# launched one every 2.6 s, each failing to reach the driver. Three minutes is over ten
-# times the slowest of those, or a worker restarting, or another application finishing
-# its run with the cores; it is the bound Dagster's run monitoring puts on a run's start
-# (`start_timeout_seconds`, 180), and well under the 600 s a run waits for the pipeline
-# lock (`P2PANDA_LOCK_WAIT_SECONDS`), so a run behind a stuck one gets through.
-DEFAULT_NO_EXECUTOR_TIMEOUT = 180.0
-# No task starting or finishing for 15 minutes while executors are there. A task's time
-# grows with the entries of its partition, and no shuffle partition or verification task
-# holds more than `P2PANDA_ENTRIES_PER_PARTITION` (250,000) entries, whatever the store's
-# size: at 5M entries on 2 cores such a task takes ~20 s (docs/scale.md). 900 s is
-# forty times that: a slow task is waited for, a task that never ends is not.
-DEFAULT_STALL_TIMEOUT = 900.0
+NO_EXECUTOR_TIMEOUT_ENV = ENVIRONMENT["no_executor_timeout"]
+STALL_TIMEOUT_ENV = ENVIRONMENT["stall_timeout"]
+# `no_executor_timeout` (180 s): an executor of a standalone worker registers with the driver
+# seconds after the application asks for one: 7.7 and 15.6 s from the session's start to its first
+# executor (a master and a 1-core worker from the pyspark wheel, on this 2-core machine shared at
+# a load average of 12-15, so slower than it would be alone); the issue's compose stack launched
+# one every 2.6 s, each failing to reach the driver. Three minutes is over ten times the slowest
+# of those, or a worker restarting, or another application finishing its run with the cores; it is
+# the bound Dagster's run monitoring puts on a run's start (`start_timeout_seconds`, 180), and
+# well under the 600 s a run waits for the pipeline lock (`P2PANDA_LOCK_WAIT_SECONDS`), so a run
+# behind a stuck one gets through.
+# `stall_timeout` (900 s): no task starting or finishing for 15 minutes while executors are there.
+# A task's time grows with the entries of its partition, and no shuffle partition or verification
+# task holds more than `P2PANDA_ENTRIES_PER_PARTITION` (250,000) entries, whatever the store's
+# size: at 5M entries on 2 cores such a task takes ~20 s (docs/scale.md). 900 s is forty times
+# that: a slow task is waited for, a task that never ends is not.
 POLL_SECONDS = 1.0
 PUBLISH_SECONDS = 2.0  # the holder's progress row changes at most this often
-
-
-def timeout_setting(env: str, default: float) -> float:
-    """A timeout in seconds from the environment; 0 or less turns the check off."""
-    value = os.environ.get(env, "").strip()
-    if not value:
-        return default
-    try:
-        return float(value)
-    except ValueError:
-        raise P2pandaError(
-            Reason.BAD_INPUT, f"{env}={value!r} is not a number of seconds"
-        ) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,13 +246,10 @@ def watched(
     the lock (`pipeline_lock.publish_progress`). Inside another `watched` block of the
     same context it adds nothing (yields None)."""
     sc = spark.sparkContext
+    settings = tuning()
     clock = Clock(
-        timeout_setting(NO_EXECUTOR_TIMEOUT_ENV, DEFAULT_NO_EXECUTOR_TIMEOUT)
-        if no_executor_timeout is None
-        else no_executor_timeout,
-        timeout_setting(STALL_TIMEOUT_ENV, DEFAULT_STALL_TIMEOUT)
-        if stall_timeout is None
-        else stall_timeout,
+        settings.no_executor_timeout if no_executor_timeout is None else no_executor_timeout,
+        settings.stall_timeout if stall_timeout is None else stall_timeout,
     )
     with _watched_lock:
         nested = id(sc) in _watched
