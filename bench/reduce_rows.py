@@ -1,6 +1,6 @@
 """What an incremental build's reduction costs against a whole build's, per instance log.
 
-`pipeline.build.reduction.reduce_rows` is the Python a Spark task runs for each instance log.
+`pipeline.kernels.reduce.reduce_rows` is the Python a Spark task runs for each instance log.
 A whole build reduces the log once; an incremental one also reduces the part of it the
 table was built from (`before` rows), to tell what changed. Here every instance log of
 the generated corpus of bench/engine.py is reduced both ways, its first half in batch 1
@@ -21,8 +21,8 @@ from collections.abc import Callable
 from engine import make_corpus  # bench/engine.py, beside this script
 
 from p2panda_assets.engine.corpus import Catalog, ChainedLog, chain_log
-from p2panda_assets.pipeline.build.reduction import reduce_rows
-from p2panda_assets.pipeline.spark.groups import Row
+from p2panda_assets.pipeline.kernels.batches import Row
+from p2panda_assets.pipeline.kernels.reduce import reduce_rows
 from p2panda_assets.protocol.entry import Entry, decode_entry
 from p2panda_assets.protocol.messages import Create
 

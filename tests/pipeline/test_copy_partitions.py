@@ -10,7 +10,8 @@ import psycopg
 import pytest
 from pyspark.sql import SparkSession
 
-from p2panda_assets.pipeline.postgres.copy import Columns, Derived, copy_partitions
+from p2panda_assets.pipeline.kernels.batches import Columns
+from p2panda_assets.pipeline.postgres.copy import Derived, copy_partitions
 from p2panda_assets.store.copying import Target
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]

@@ -1,14 +1,14 @@
 """What the copy of a reduction derives from each batch of reduced rows.
 
-`reduction.accounts_of`: the accounts are the engine's: an `account` row's own, each
+`reduce.accounts_of`: the accounts are the engine's: an `account` row's own, each
 message of an instance applied only if the instance is live and the message shapes it,
-and none for the other row types. `reduction.deleted_of`: the deleted set is the
+and none for the other row types. `reduce.deleted_of`: the deleted set is the
 instances the cascades left deleted, and nothing else."""
 
 from __future__ import annotations
 
 from p2panda_assets.engine.corpus import State
-from p2panda_assets.pipeline.build.reduction import ACCOUNTED, accounts_of, deleted_of
+from p2panda_assets.pipeline.kernels.reduce import ACCOUNTED, accounts_of, deleted_of
 
 CREATE, UPDATE, OLD_UPDATE, DELETE = b"c", b"u", b"o", b"d"
 

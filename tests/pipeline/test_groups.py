@@ -9,14 +9,14 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from p2panda_assets.pipeline.spark import groups
-from p2panda_assets.pipeline.spark.groups import (
+from p2panda_assets.pipeline.kernels.batches import (
     U64_DECIMAL,
     Row,
     map_groups_locally,
     python_rows,
     record_batch,
 )
+from p2panda_assets.pipeline.spark import groups
 from p2panda_assets.protocol.ids import MAX_U64
 
 SCHEMA = pa.schema([("name", pa.string()), ("seq", U64_DECIMAL), ("payload", pa.binary())])

@@ -18,18 +18,16 @@ from p2panda_assets.engine.corpus import Catalog
 from p2panda_assets.failpoints import Failpoint, failpoint
 from p2panda_assets.pipeline.build import writing
 from p2panda_assets.pipeline.build.cascades import deleted_instances, stored_deleted
-from p2panda_assets.pipeline.build.increments import (
-    Again,
-    BuildPlan,
-    cascade_increments,
-    cascade_targets,
-    cascading_from,
-    layers_after,
-    reached_rows,
-)
+from p2panda_assets.pipeline.build.increments import BuildPlan, layers_after, reached_rows
 from p2panda_assets.pipeline.build.paths import choose_steps
 from p2panda_assets.pipeline.build.reduction import reduce_instance_logs
 from p2panda_assets.pipeline.context import BuildContext
+from p2panda_assets.pipeline.kernels.cascade import (
+    Again,
+    cascade_increments,
+    cascade_targets,
+    cascading_from,
+)
 from p2panda_assets.statuses import Assignment, BuildPath, BuildStatus
 from p2panda_assets.store import tables
 from p2panda_assets.store.tables import BuildState, Outcome

@@ -7,7 +7,7 @@ deletes are flagged already (the reduction's `deleted`): a row is live when neit
 Few instances take part: those with a cascade reference, and those a message deleted
 in the schemas the references point at (in bench/pipeline.py's store of 100,000 entries,
 ~3,000 of ~62,000). The driver collects them in one Spark job and settles the cascades
-with `increments.cascade_increments`, the rule the increments already settle theirs
+with `cascade.cascade_increments`, the rule the increments already settle theirs
 by; a build without a cascade field that names a known schema runs no job at all.
 Above `PipelineTuning.collect_cascade_rows` of them, the cascades run in Spark, a fixpoint of joins
 over all the build's schemas.
@@ -23,7 +23,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from p2panda_assets.engine.corpus import Catalog
-from p2panda_assets.pipeline.build.increments import Again, cascade_increments, cascade_targets
+from p2panda_assets.pipeline.kernels.cascade import Again, cascade_increments, cascade_targets
 from p2panda_assets.pipeline.spark.frames import local_frame
 from p2panda_assets.store import tables
 from p2panda_assets.tuning import tuning

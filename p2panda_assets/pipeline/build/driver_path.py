@@ -2,8 +2,8 @@
 `building.build_increments` in the process that runs it, with pyarrow, for a small
 increment (`pipeline.build.paths.choose_steps`). No Spark job is launched.
 
-Every rule is the Spark path's own: each log is reduced by `reduction.reduce_rows`, the
-accounts and deleted sets come from `reduction.accounts_of` and `deleted_of`, and the
+Every rule is the Spark path's own: each log is reduced by `reduce.reduce_rows`, the
+accounts and deleted sets come from `reduce.accounts_of` and `deleted_of`, and the
 rows are written by `copy.copy_batches`, the writer each Spark partition runs. What
 differs is only how rows are found and grouped: a filtered read of the chained layers
 (`local_store`) and `pyarrow.compute` in place of Spark's scans, filters and joins, and
@@ -21,16 +21,16 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from p2panda_assets.engine.corpus import Catalog
-from p2panda_assets.pipeline.build.reduction import (
+from p2panda_assets.pipeline.columnar.arrow_io import layers_dataset, scan
+from p2panda_assets.pipeline.kernels.batches import Row, arrow_schema, output_batches, python_rows
+from p2panda_assets.pipeline.kernels.reduce import (
     ACCOUNTED,
     OWNERS,
     REDUCE_INPUT,
     REDUCED_ARROW,
     reduce_rows,
 )
-from p2panda_assets.pipeline.columnar.arrow_io import layers_dataset, scan
 from p2panda_assets.pipeline.postgres.copy import CopyResult, Derived, copy_locally
-from p2panda_assets.pipeline.spark.groups import Row, arrow_schema, output_batches, python_rows
 from p2panda_assets.statuses import Assignment
 from p2panda_assets.store.copying import Target
 

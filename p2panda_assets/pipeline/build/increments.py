@@ -35,7 +35,7 @@ otherwise.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
 
@@ -47,6 +47,7 @@ from p2panda_assets.engine.cascade import cascade_fields
 from p2panda_assets.engine.corpus import Catalog
 from p2panda_assets.engine.relations import BuildOrder
 from p2panda_assets.pipeline.columnar.warehouse import Warehouse
+from p2panda_assets.pipeline.kernels.cascade import cascade_sources, cascading_from
 from p2panda_assets.pipeline.spark.frames import local_frame
 from p2panda_assets.statuses import Assignment
 from p2panda_assets.store import pipeline_state as state_sql
@@ -81,28 +82,6 @@ class Digest:
     now: str
     new: int
     total: int
-
-
-def entry_bits(entry_hash: bytes) -> int:
-    """What `layer_sums` adds up for an entry: 60 bits of the SHA-256 of its hash (the
-    first 15 hex digits), as `F.conv(F.substring(F.sha2(hash, 256), 1, 15), 16, 10)`."""
-    return int(hashlib.sha256(entry_hash).hexdigest()[:15], 16)
-
-
-# A log's accepted entries of one chain step, summed by batch: batch -> (count, bits).
-LogSums = dict[int, tuple[int, int]]
-
-
-def sums_of_layer(logs: Iterable[tuple[str, bool, LogSums]]) -> LayerSums:
-    """A layer's `layer_sums` from the sums of the logs it holds, each with the schema
-    partition its messages go to and whether the log is assigned to it: what the index
-    step that writes the layer keeps, so no build sums it again in Spark."""
-    totals: dict[tuple[str, bool, int], tuple[int, int]] = {}
-    for schema, assigned, by_batch in logs:
-        for batch, (count, bits) in by_batch.items():
-            before = totals.get((schema, assigned, batch), (0, 0))
-            totals[(schema, assigned, batch)] = (before[0] + count, before[1] + bits)
-    return [(s, a, b, count, bits) for (s, a, b), (count, bits) in sorted(totals.items())]
 
 
 def layer_sums(
@@ -228,35 +207,6 @@ def plan_builds(
     return BuildPlan(states, increments, frozenset(whole - last), new, held)
 
 
-def cascade_sources(catalog: Catalog, schema_id: str) -> tuple[str, ...]:
-    """The other schemas whose deleted sets the schema's cascades read (its own is
-    decided with its rows)."""
-    return tuple(
-        sorted(t for t in cascade_targets(catalog, schema_id) if t not in (None, schema_id))
-    )
-
-
-def cascade_targets(catalog: Catalog, schema_id: str) -> set[str | None]:
-    """The schemas the current lens's cascade relation fields point at."""
-    return {t for _, t in cascade_fields(catalog.histories[schema_id].lens, catalog.hash_index)}
-
-
-def cascading_from(catalog: Catalog, schema_ids: Iterable[str], sources: set[str]) -> set[str]:
-    """The `schema_ids` whose cascades read the deleted set of one of `sources`: a
-    cascade field names a source, or one of `schema_ids` found so far, and so on down
-    the relations. An increment that cascades from a schema built whole after it must be
-    built whole too; a whole build that cascades from an increment waits for it."""
-    found: set[str] = set()
-    changed = True
-    while changed:
-        changed = False
-        for schema_id in sorted(set(schema_ids) - found):
-            if cascade_targets(catalog, schema_id) & (sources | found):
-                found.add(schema_id)
-                changed = True
-    return found
-
-
 def layers_after(conn: psycopg.Connection, layers: Sequence[str], batch: int) -> list[str]:
     """The `layers` that hold a message of a batch after `batch`, by their kept sums
     (`layer_sums` keeps them before a build plans): an increment's new messages are in
@@ -284,31 +234,6 @@ def new_keys(messages: DataFrame | None, after_batch: int) -> set[bytes]:
         .collect()
     )  # made distinct here: in Spark it is a shuffle, a job's worth on a small store
     return {bytes(row["key"]) for row in rows}
-
-
-def reached_rows(
-    conn: psycopg.Connection, catalog: Catalog, schema_ids: Sequence[str], keys: set[bytes]
-) -> set[bytes]:
-    """The rows of the incremental schemas that point along a cascade field at one of
-    `keys`, or at such a row, and so on: where deletes among them may reach."""
-    fields = {
-        s: [
-            (name, catalog.histories[s].lens[name].type.is_array)
-            for name, _ in cascade_fields(catalog.histories[s].lens, catalog.hash_index)
-        ]
-        for s in schema_ids
-    }
-    reached: set[bytes] = set()
-    frontier = set(keys)
-    while frontier:
-        ids = sorted(k.hex() for k in frontier)
-        found: set[bytes] = set()
-        for schema_id in schema_ids:
-            rows = tables.rows_pointing_at(conn, table_name_for(schema_id), fields[schema_id], ids)
-            found |= {bytes.fromhex(r) for r in rows}
-        frontier = found - reached - keys
-        reached |= frontier
-    return reached
 
 
 # Up to `literal_keys` (2,000) keys, rows are marked by a predicate of literals; above, by
@@ -363,60 +288,26 @@ def touched_messages(
     return touched.drop("key", "marked")
 
 
-@dataclass(frozen=True, slots=True)
-class Again:
-    """An instance reduced again: deleted by a message, where its cascade fields
-    point (target schema, instance id), and which fields fell back."""
-
-    deleted: bool
-    refs: tuple[tuple[str | None, bytes], ...]
-    fell_back: tuple[str, ...]
-
-
-def cascade_increments(
-    catalog: Catalog,
-    order: Sequence[str],
-    again: Mapping[str, Mapping[bytes, Again]],
-    stored: Mapping[str, set[bytes]],
-) -> tuple[dict[str, set[bytes]], set[str]]:
-    """The deleted among the instances reduced again, per incremental schema (upstream
-    first in `order`), as `engine.cascade.apply_cascades` decides them: deleted by a
-    message, or a cascade field pointing at a deleted instance (of a schema built
-    before, `stored`; or of this increment: its stored set, less what was reduced
-    again, plus what is deleted now). Also the schemas where an instance stored as
-    deleted is not any more: those must be built whole.
-    Rule R-CASCADE-DELETE (docs/semantics.md)."""
-    deleted_now: dict[str, set[bytes]] = {}
-    revived: set[str] = set()
-
-    def gone(target: str | None) -> set[bytes]:
-        """The deleted set of a schema decided before the one at hand."""
-        if target is None:
-            return set()
-        if target in again:
-            return (stored.get(target, set()) - set(again[target])) | deleted_now.get(target, set())
-        return stored.get(target, set())
-
-    for schema_id in order:
-        instances = again[schema_id]
-        deleted = deleted_now[schema_id] = {h for h, a in instances.items() if a.deleted}
-        targets = cascade_targets(catalog, schema_id)
-        # Computed once: only the schema's own set grows while its cascades are decided.
-        upstream = {t: gone(t) for t in targets if t != schema_id}
-        own = stored.get(schema_id, set()) - set(instances)
-
-        changed = bool(targets)
-        while changed:
-            changed = False
-            for instance_id, instance in instances.items():
-                if instance_id not in deleted and any(
-                    (ref in own or ref in deleted)
-                    if target == schema_id
-                    else ref in upstream[target]
-                    for target, ref in instance.refs
-                ):
-                    deleted.add(instance_id)
-                    changed = True
-        if (stored.get(schema_id, set()) & set(instances)) - deleted:
-            revived.add(schema_id)
-    return deleted_now, revived
+def reached_rows(
+    conn: psycopg.Connection, catalog: Catalog, schema_ids: Sequence[str], keys: set[bytes]
+) -> set[bytes]:
+    """The rows of the incremental schemas that point along a cascade field at one of
+    `keys`, or at such a row, and so on: where deletes among them may reach."""
+    fields = {
+        s: [
+            (name, catalog.histories[s].lens[name].type.is_array)
+            for name, _ in cascade_fields(catalog.histories[s].lens, catalog.hash_index)
+        ]
+        for s in schema_ids
+    }
+    reached: set[bytes] = set()
+    frontier = set(keys)
+    while frontier:
+        ids = sorted(k.hex() for k in frontier)
+        found: set[bytes] = set()
+        for schema_id in schema_ids:
+            rows = tables.rows_pointing_at(conn, table_name_for(schema_id), fields[schema_id], ids)
+            found |= {bytes.fromhex(r) for r in rows}
+        frontier = found - reached - keys
+        reached |= frontier
+    return reached

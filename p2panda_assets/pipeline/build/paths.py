@@ -31,12 +31,7 @@ from p2panda_assets.pipeline.build.driver_path import (
     touched_locally,
 )
 from p2panda_assets.pipeline.build.increments import BuildPlan, new_keys, touched_messages
-from p2panda_assets.pipeline.build.reduction import (
-    COLLECTED,
-    REDUCED_ARROW,
-    accounts_of,
-    reduce_instance_logs,
-)
+from p2panda_assets.pipeline.build.reduction import COLLECTED, reduce_instance_logs
 from p2panda_assets.pipeline.build.staging import stage_reduced
 from p2panda_assets.pipeline.columnar.arrow_io import (
     driver_path_entries,
@@ -46,6 +41,7 @@ from p2panda_assets.pipeline.columnar.arrow_io import (
 )
 from p2panda_assets.pipeline.columnar.layers import read_layers
 from p2panda_assets.pipeline.index.step import IndexResult
+from p2panda_assets.pipeline.kernels.reduce import REDUCED_ARROW, accounts_of
 from p2panda_assets.pipeline.postgres.copy import ACCOUNT_COLUMNS, CopyResult, Derived
 from p2panda_assets.pipeline.spark.frames import local_frame
 from p2panda_assets.statuses import BuildPath

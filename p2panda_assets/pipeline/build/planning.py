@@ -16,14 +16,10 @@ from p2panda_assets.engine.corpus import Catalog
 from p2panda_assets.engine.readiness import in_build_order, other_upstream, unbuilt_upstream
 from p2panda_assets.engine.relations import BuildOrder
 from p2panda_assets.errors import Pending, Reason
-from p2panda_assets.pipeline.build.increments import (
-    BuildPlan,
-    cascade_sources,
-    layer_sums,
-    plan_builds,
-)
+from p2panda_assets.pipeline.build.increments import BuildPlan, layer_sums, plan_builds
 from p2panda_assets.pipeline.build.writing import record_status
 from p2panda_assets.pipeline.context import BuildContext
+from p2panda_assets.pipeline.kernels.cascade import cascade_sources
 from p2panda_assets.protocol.ids import checked_schema_id
 from p2panda_assets.statuses import BuildStatus
 from p2panda_assets.store import tables

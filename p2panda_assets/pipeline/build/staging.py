@@ -10,7 +10,7 @@ from pyspark.sql import functions as F
 
 from p2panda_assets.engine.lens import Lens
 from p2panda_assets.pipeline.build.columns import pg_type
-from p2panda_assets.pipeline.build.reduction import ACCOUNTED, accounts_of, deleted_of
+from p2panda_assets.pipeline.kernels.reduce import ACCOUNTED, accounts_of, deleted_of
 from p2panda_assets.pipeline.postgres.copy import (
     ACCOUNT_COLUMNS,
     DELETED_COLUMNS,
@@ -52,8 +52,8 @@ def stage_reduced(
 ) -> CopyResult:
     """In one scan of the reduction (`copy_partitions`), of the schemas `ok`: each live
     instance's table row into its schema's stage in `targets` (its fallbacks tallied),
-    unless `accounts` is None, every account into it (`reduction.accounts_of`), and
-    unless `deleted_into` is None, the deleted set into it (`reduction.deleted_of`).
+    unless `accounts` is None, every account into it (`reduce.accounts_of`), and
+    unless `deleted_into` is None, the deleted set into it (`reduce.deleted_of`).
     `deleted`: the instances the cascades left deleted, and how many. At 1M entries
     the rows and the accounts took 4.6 and 4.8 s in two scans, 7.4 s in one, and the
     deleted set 0.48 s in a scan of its own (bench/pipeline.py --spark-events)."""

@@ -15,7 +15,6 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from p2panda_assets.engine.corpus import LogKey
-from p2panda_assets.pipeline.build.increments import LogSums, sums_of_layer
 from p2panda_assets.pipeline.columnar.warehouse import (
     Warehouse,
     children,
@@ -24,6 +23,7 @@ from p2panda_assets.pipeline.columnar.warehouse import (
     warehouse_root,
 )
 from p2panda_assets.pipeline.index.log_plan import LogPlan, plan_frame
+from p2panda_assets.pipeline.kernels.digests import LogSums, sums_of_layer
 from p2panda_assets.protocol.message_index import indexed_message
 from p2panda_assets.statuses import Assignment as LogAssignment
 from p2panda_assets.store import pipeline_state as state_sql

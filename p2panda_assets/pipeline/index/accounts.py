@@ -18,9 +18,9 @@ from p2panda_assets.engine.corpus import (
 )
 from p2panda_assets.errors import Pending, Reason
 from p2panda_assets.pipeline.columnar.warehouse import NO_SCHEMA
-from p2panda_assets.pipeline.index.chaining import account_rows, items_log
 from p2panda_assets.pipeline.index.log_plan import LogPlan
-from p2panda_assets.pipeline.spark.groups import Row, arrow_schema
+from p2panda_assets.pipeline.kernels.batches import Row, arrow_schema
+from p2panda_assets.pipeline.kernels.chain import account_rows, items_log
 from p2panda_assets.statuses import Assignment as LogAssignment
 
 ACCOUNT_ARROW = arrow_schema(

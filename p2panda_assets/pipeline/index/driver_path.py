@@ -2,7 +2,7 @@
 batches read, chained, written as a chained layer and accounted for in the process that
 runs the step, with pyarrow, when there are few entries to chain. No Spark job.
 
-Every rule is the Spark path's own: the chain rules run in `chaining.chain_group` (by
+Every rule is the Spark path's own: the chain rules run in `chain.chain_group` (by
 `chain_locally`, as the Spark path's driver chaining already did), the decode errors
 come from verification or `indexed_message`, the accounts of waiting logs from
 `pipeline.index.accounts.pending_group`. What differs is how rows are read, joined and
@@ -30,10 +30,10 @@ from p2panda_assets.pipeline.columnar.arrow_io import (
 )
 from p2panda_assets.pipeline.columnar.layers import DECODED_COLUMNS
 from p2panda_assets.pipeline.columnar.warehouse import Warehouse
-from p2panda_assets.pipeline.index.chaining import CHAIN_INPUT
 from p2panda_assets.pipeline.index.log_plan import LogPlan
 from p2panda_assets.pipeline.index.verify import VERIFIED_ARROW
-from p2panda_assets.pipeline.spark.groups import Row, python_rows
+from p2panda_assets.pipeline.kernels.batches import Row, python_rows
+from p2panda_assets.pipeline.kernels.chain import CHAIN_INPUT
 from p2panda_assets.protocol.message_index import indexed_message
 from p2panda_assets.store.pipeline_state import PipelineState
 
@@ -81,7 +81,7 @@ def rows_of(table: pa.Table, columns: Sequence[str]) -> list[Row]:
 
 
 def chain_rows(verified: pa.Table) -> list[Row]:
-    """What the chain step reads of each verified entry (`chaining.CHAIN_INPUT`)."""
+    """What the chain step reads of each verified entry (`chain.CHAIN_INPUT`)."""
     return rows_of(verified, CHAIN_INPUT)
 
 

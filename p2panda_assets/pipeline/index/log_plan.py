@@ -12,7 +12,7 @@ from p2panda_assets.engine.corpus import Catalog, LogKey, LogSummary, schema_id_
 from p2panda_assets.engine.relations import BuildOrder
 from p2panda_assets.errors import Pending
 from p2panda_assets.pipeline.columnar.warehouse import NO_SCHEMA
-from p2panda_assets.pipeline.index.chaining import ref_columns
+from p2panda_assets.pipeline.kernels.chain import ref_columns
 from p2panda_assets.pipeline.spark.frames import local_frame
 from p2panda_assets.statuses import Assignment as LogAssignment
 

@@ -31,11 +31,8 @@ from p2panda_assets.pipeline.columnar.warehouse import Warehouse, remove
 from p2panda_assets.pipeline.index import chaining
 from p2panda_assets.pipeline.index.accounts import ACCOUNT_ARROW, decimal_log_ids, pending_group
 from p2panda_assets.pipeline.index.chaining import (
-    TIP_COLUMNS,
-    ChainedLogs,
     accepted_entries,
     chain_in_driver,
-    chain_locally,
     chain_logs,
     chained_logs,
     few_to_chain,
@@ -55,9 +52,11 @@ from p2panda_assets.pipeline.index.driver_path import (
 )
 from p2panda_assets.pipeline.index.log_plan import LogPlan
 from p2panda_assets.pipeline.index.verify import read_new_verified, read_verified
+from p2panda_assets.pipeline.kernels.batches import Row, map_groups_locally, python_rows
+from p2panda_assets.pipeline.kernels.chain import TIP_COLUMNS, ChainedLogs, chain_locally
 from p2panda_assets.pipeline.postgres.copy import ACCOUNT_COLUMNS, copy_frame
 from p2panda_assets.pipeline.spark.frames import local_frame
-from p2panda_assets.pipeline.spark.groups import Row, map_groups, map_groups_locally, python_rows
+from p2panda_assets.pipeline.spark.groups import map_groups
 from p2panda_assets.statuses import BuildPath
 from p2panda_assets.store import pipeline_state as state_sql
 from p2panda_assets.store.copying import Target, copy_rows

@@ -42,9 +42,6 @@ from p2panda_assets.failpoints import Failpoint, failpoint
 from p2panda_assets.pipeline.columnar.layers import keep_chained, keep_layer_sums, read_layers
 from p2panda_assets.pipeline.columnar.warehouse import Warehouse
 from p2panda_assets.pipeline.index.accounts import schema_account_rows, waiting_logs
-from p2panda_assets.pipeline.index.chaining import (
-    ref_from_columns,
-)
 from p2panda_assets.pipeline.index.log_plan import (
     LogPlan,
     decided_columns,
@@ -57,6 +54,7 @@ from p2panda_assets.pipeline.index.verify import (
     current_warehouse,
     verify_new_entries,
 )
+from p2panda_assets.pipeline.kernels.chain import ref_from_columns
 from p2panda_assets.pipeline.spark.jvm_failures import jvm_failures_explained
 from p2panda_assets.pipeline.spark.session import sized_for_the_store
 from p2panda_assets.pipeline.spark.watchdog import watched

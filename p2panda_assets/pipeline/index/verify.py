@@ -38,11 +38,11 @@ from p2panda_assets.pipeline.columnar.warehouse import (
     remove,
     warehouse_root,
 )
+from p2panda_assets.pipeline.kernels.batches import arrow_schema, record_batch
 from p2panda_assets.pipeline.kernels.packed import pack_message
 from p2panda_assets.pipeline.postgres.copy import ACCOUNT_COLUMNS
 from p2panda_assets.pipeline.postgres.once_per_task import job_ledger, task_transaction
 from p2panda_assets.pipeline.spark.frames import local_frame
-from p2panda_assets.pipeline.spark.groups import arrow_schema, record_batch
 from p2panda_assets.pipeline.spark.session import entries_per_partition
 from p2panda_assets.protocol.message_index import decoded_and_indexed
 from p2panda_assets.store import pipeline_state as state_sql

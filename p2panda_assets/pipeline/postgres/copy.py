@@ -24,13 +24,13 @@ import psycopg
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
+from p2panda_assets.pipeline.kernels.batches import Columns, arrow_schema
 from p2panda_assets.pipeline.postgres.once_per_task import (
     batch_bytes,
     batch_of,
     job_ledger,
     task_transaction,
 )
-from p2panda_assets.pipeline.spark.groups import arrow_schema
 from p2panda_assets.pipeline.spark.session import sized_for_the_driver
 from p2panda_assets.store.copying import Target, copy_rows
 from p2panda_assets.store.pipeline_state import Stage
@@ -58,9 +58,6 @@ class CopyResult:
     rows: dict[str, int]  # destination -> rows written
     errors: dict[str, str]  # destination -> the first error met
     tallies: dict[str, dict[str, int]]  # destination -> value -> rows whose tally holds it
-
-
-Columns = dict[str, list[Any]]  # one Arrow batch, column by column
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,8 +21,8 @@ import pyarrow as pa
 import pyspark
 from pyspark.sql import SparkSession
 
+from p2panda_assets.pipeline.kernels.batches import warm_casts
 from p2panda_assets.pipeline.spark.driver_address import driver_address_settings, is_local
-from p2panda_assets.pipeline.spark.groups import warm_casts
 from p2panda_assets.tuning import ENVIRONMENT, tuning
 
 
