@@ -11,7 +11,9 @@ accepted entries go from the verified batches to the chained layer directly
 (`chaining.accepted_entries`). Only small things reach the driver: one summary per log;
 the schema logs are folded from the store (`store.catalog.load_catalog`).
 
-Most runs *append* (`_append_index`): only the new batches are read, each log they touch
+Both kinds of step run one sequence (`_index`) and differ by what they continue and how
+they commit (`Whole`, `Appended`). Most runs *append* (`_append_index` decides whether they
+may): only the new batches are read, each log they touch
 is continued from its tip (`protocol.log.LogTip`), and the new messages are written as a
 layer on top of the chained runs before. A run chains every log again, in one new run,
 when appending would not give what chaining everything gives: a log that is not all
@@ -24,8 +26,8 @@ new, or many layers.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import cast
 
@@ -54,6 +56,7 @@ from p2panda_assets.pipeline.index.verify import (
     current_warehouse,
     verify_new_entries,
 )
+from p2panda_assets.pipeline.kernels.batches import Row
 from p2panda_assets.pipeline.kernels.chain import ref_from_columns
 from p2panda_assets.pipeline.spark.jvm_failures import jvm_failures_explained
 from p2panda_assets.pipeline.spark.session import sized_for_the_store
@@ -135,48 +138,117 @@ def _run_index(
             lambda stage: state_sql.commit_index(conn, [], stage, None, fingerprint, 0),
         )
         return IndexResult(verified, 0, catalog, catalog.order(), warehouse, (), fingerprint)
-    appended = _append_index(spark, conn, url, warehouse, state, fingerprint, good)
-    if appended is not None:
-        keep_chained(spark, warehouse, {*appended.layers, *state.layers})
-        return replace(appended, verified=verified)
-    state = compact_verified(spark, conn, warehouse, state)
-    steps = index_steps(spark, warehouse, good)
-    verified_ok = steps.verified(state)
-    held = steps.rows(verified_ok, good)
-    chained = steps.chain(verified_ok, held, {})
+    result = _append_index(spark, conn, url, warehouse, state, fingerprint, good)
+    if result is None:  # chain every log again, into one new run
+        state = compact_verified(spark, conn, warehouse, state)
+        steps = index_steps(spark, warehouse, good)
+        every = steps.verified(state)
+        held = steps.rows(every, good)
+        whole = _index(conn, url, steps, Whole(warehouse, state, fingerprint), every, held)
+        assert whole is not None  # nothing indexed before to contradict: it always indexes
+        result = whole
+    keep_chained(spark, warehouse, {*result.layers, *state.layers})
+    return replace(result, verified=verified)
+
+
+@dataclass(frozen=True, slots=True)
+class Whole:
+    """An index step that chains every log from its start and writes one new run."""
+
+    warehouse: Warehouse
+    state: state_sql.PipelineState
+    fingerprint: str
+    stored: Mapping[LogKey, StoredLog] = field(default_factory=dict)  # nothing to continue
+    tips: Mapping[LogKey, LogTip] = field(default_factory=dict)
+
+    def writes(self, logs: Mapping[LogKey, tuple[LogSummary, tuple[object, ...]]]) -> bool:
+        """Whether the step writes a layer: a whole step always writes its run."""
+        return True
+
+    def layers(self, run: str | None) -> tuple[str, ...]:
+        assert run is not None  # a whole step always writes its run
+        return (run,)
+
+    def commit(
+        self, conn: psycopg.Connection, rows: list[tuple[object, ...]], run: str | None
+    ) -> Callable[[state_sql.Stage], None]:
+        assert run is not None
+        return lambda stage: state_sql.commit_index(
+            conn, rows, stage, run, self.fingerprint, self.state.batch
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Appended(Whole):
+    """An index step that continues the logs the new batches touch from their tips
+    (`stored`, `tips`) and adds a layer on top of the store's (none if no log grew)."""
+
+    def writes(self, logs: Mapping[LogKey, tuple[LogSummary, tuple[object, ...]]]) -> bool:
+        """No layer without a message to hold (`_grew`)."""
+        return _grew(logs, self.stored)
+
+    def layers(self, run: str | None) -> tuple[str, ...]:
+        return self.state.layers if run is None else (*self.state.layers, run)
+
+    def commit(
+        self, conn: psycopg.Connection, rows: list[tuple[object, ...]], run: str | None
+    ) -> Callable[[state_sql.Stage], None]:
+        layers = self.layers(run)
+        return lambda stage: state_sql.commit_appended(
+            conn, rows, stage, layers[1:], self.fingerprint, self.state.batch
+        )
+
+
+def _index(
+    conn: psycopg.Connection,
+    url: str,
+    steps: IndexSteps,
+    how: Whole,
+    new: Frame,
+    held: list[Row] | None,
+) -> IndexResult | None:
+    """The index step's one sequence, whole or appended (`how`): chain the `new`
+    verified entries (from the logs' tips when appending), fold the schema logs, plan
+    every log, write the accepted messages as a layer, and commit the logs, the accounts
+    and the layers in one transaction. None when appending would change what the index
+    decided of a log already indexed: only chaining every log again is exact then.
+    `held`: the new entries as rows, if the driver holds them."""
+    chained = steps.chain(new, held, dict(how.tips))
     try:
         found = steps.found(chained)
-        logs = found.logs
-        summaries = {key: summary for key, (summary, _) in logs.items()}
+        logs: dict[LogKey, tuple[LogSummary, tuple[object, ...]]] = {}
+        for key, (summary, tip) in found.logs.items():
+            before = how.stored.get(key)
+            logs[key] = (summary if before is None else before.summary, tip)
+        summaries = {key: old.summary for key, old in how.stored.items()}
+        summaries.update({key: summary for key, (summary, _) in logs.items()})
         schema_keys = [key for key, summary in summaries.items() if summary.is_schema]
         catalog = load_catalog(conn, schema_keys, registered_schemas(conn))
         order = catalog.order()
         plan = plan_logs(summaries, catalog, order)
-        accepted = steps.accepted(verified_ok, chained, found.held)
-        run = steps.write(accepted, plan, found.unexplained, held is not None)
+        if any(decided_columns(plan[key]) != old.decided for key, old in how.stored.items()):
+            return None
+        accepted = steps.accepted(new, chained, found.held)
+        run: str | None = None
+        if how.writes(logs):
+            run = steps.write(accepted, plan, found.unexplained, held is not None)
+        layers = how.layers(run)
         accounts = _index_accounts(steps, chained, accepted, catalog, plan)
-        rows = log_rows_with_tips(logs, plan)
-        _commit(
-            conn,
-            url,
-            steps,
-            accounts,
-            run,
-            lambda stage: state_sql.commit_index(conn, rows, stage, run, fingerprint, state.batch),
-        )
-        keep_layer_sums(conn, run, [run], plan, found.sums)
+        log_rows = log_rows_with_tips(logs, plan)
+        _commit(conn, url, steps, accounts, run, how.commit(conn, log_rows, run))
+        if run is not None:
+            keep_layer_sums(conn, run, layers, plan, found.sums)
     finally:
         steps.release(chained)
-    keep_chained(spark, warehouse, {run, *state.layers})
     return IndexResult(
-        verified,
+        0,
         len(summaries),
         catalog,
         order,
-        warehouse,
-        (run,),
-        fingerprint,
-        batch=state.batch,
+        how.warehouse,
+        layers,
+        how.fingerprint,
+        batch=how.state.batch,
         path=steps.path,
     )
 
@@ -259,58 +331,13 @@ def _append_index(
     tips = _tips(steps, conn, warehouse, state.layers, stored, seqs)
     if tips is None:
         return None
-    chained = steps.chain(new, held, tips)
-    try:
-        found = steps.found(chained)
-        logs: dict[LogKey, tuple[LogSummary, tuple[object, ...]]] = {}
-        for key, (summary, tip) in found.logs.items():
-            before = stored.get(key)
-            logs[key] = (summary if before is None else before.summary, tip)
-        summaries = {key: old.summary for key, old in stored.items()}
-        summaries.update({key: summary for key, (summary, _) in logs.items()})
-        schema_keys = [key for key, summary in summaries.items() if summary.is_schema]
-        catalog = load_catalog(conn, schema_keys, registered_schemas(conn))
-        order = catalog.order()
-        plan = plan_logs(summaries, catalog, order)
-        if any(decided_columns(plan[key]) != old.decided for key, old in stored.items()):
-            return None
-        run: str | None = None  # no layer without a message to hold (see `_grew`)
-        layers = state.layers
-        accepted = steps.accepted(new, chained, found.held)
-        if _grew(logs, stored):
-            run = steps.write(accepted, plan, found.unexplained, held is not None)
-            layers = (*layers, run)
-        accounts = _index_accounts(steps, chained, accepted, catalog, plan)
-        rows = log_rows_with_tips(logs, plan)
-        _commit(
-            conn,
-            url,
-            steps,
-            accounts,
-            run,
-            lambda stage: state_sql.commit_appended(
-                conn, rows, stage, layers[1:], fingerprint, state.batch
-            ),
-        )
-        if run is not None:
-            keep_layer_sums(conn, run, layers, plan, found.sums)
-    finally:
-        steps.release(chained)
-    return IndexResult(
-        0,
-        len(summaries),
-        catalog,
-        order,
-        warehouse,
-        layers,
-        fingerprint,
-        batch=state.batch,
-        path=steps.path,
-    )
+    how = Appended(warehouse, state, fingerprint, stored, tips)
+    return _index(conn, url, steps, how, new, held)
 
 
 def _grew(
-    logs: dict[LogKey, tuple[LogSummary, tuple[object, ...]]], stored: dict[LogKey, StoredLog]
+    logs: Mapping[LogKey, tuple[LogSummary, tuple[object, ...]]],
+    stored: Mapping[LogKey, StoredLog],
 ) -> bool:
     """Whether the chain accepted a new entry: some log's tip moved. A registration
     alone brings none, and so do new entries the chain rules all reject or hold: a
