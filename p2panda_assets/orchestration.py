@@ -57,7 +57,7 @@ def a_short_run() -> Iterator[None]:
     materialize`): the driver JVM compiled for the store's size
     (`compiled_for_a_short_run`)."""
     from p2panda_assets.pipeline.spark.session import compiled_for_a_short_run
-    from p2panda_assets.store.pipeline_state import entries_at_most
+    from p2panda_assets.store.new_entries import entries_at_most
 
     prepare_environment()
     with connect(autocommit=True) as conn:

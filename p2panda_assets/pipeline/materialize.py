@@ -27,11 +27,8 @@ from p2panda_assets.pipeline.context import BuildContext
 from p2panda_assets.pipeline.index.step import IndexResult
 from p2panda_assets.pipeline.spark.jvm_failures import jvm_failures_explained
 from p2panda_assets.pipeline.spark.session import sized_for_the_store
-from p2panda_assets.store.pipeline_state import (
-    count_good_entries,
-    hold_pipeline_lock,
-    release_pipeline_lock,
-)
+from p2panda_assets.store.pipeline_lock import hold_pipeline_lock, release_pipeline_lock
+from p2panda_assets.store.pipeline_state import count_good_entries
 from p2panda_assets.store.tables import Outcome
 from p2panda_assets.tuning import tuned, tuning
 

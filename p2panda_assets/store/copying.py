@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from p2panda_assets.store.pipeline_state import Stage
+from p2panda_assets.store.staging import Stage
 
 
 @dataclass(frozen=True, slots=True)

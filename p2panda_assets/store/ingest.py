@@ -46,7 +46,7 @@ from p2panda_assets.store import accounts, message_index
 BATCH_SIZE = 10_000
 # Held (shared) by every ingest transaction, taken exclusively for a moment by the
 # pipeline to read how far the store is committed: no entry below that bound can
-# still be on its way (`store.pipeline_state.committed_bound`).
+# still be on its way (`store.new_entries.committed_bound`).
 INGEST_LOCK = 0x70326E67
 # Verdicts about the payload, not the entry: a later copy with the right payload fixes them.
 PAYLOAD_VERDICTS = (

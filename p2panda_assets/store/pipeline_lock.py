@@ -1,6 +1,7 @@
-"""Who holds the pipeline lock, and waiting for it out loud.
+"""The pipeline lock: taking it (`hold_pipeline_lock`), who holds it, and waiting for it
+out loud.
 
-The pipeline lock (`pipeline_state.PIPELINE_LOCK`, a session advisory lock) lets one
+The pipeline lock (`PIPELINE_LOCK`, a session advisory lock) lets one
 index step, build or unregistration run at a time. A run behind another used to wait in
 silence, up to `P2PANDA_LOCK_WAIT_SECONDS`, and then fail with `busy` (issue 51: 9 min
 40 s without a line). Now the session that takes the lock writes who it is into
@@ -21,7 +22,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import psycopg
+from psycopg import sql
 
+from p2panda_assets.errors import P2pandaError, Reason
+from p2panda_assets.store.staging import (
+    sweep_stages,
+)
 from p2panda_assets.tuning import ENVIRONMENT, tuning
 
 RUN_SETTING = "p2panda.run_id"  # session settings a connection is labelled with
@@ -188,3 +194,40 @@ def waiting_aloud(
     finally:
         done.set()
         teller.join()
+
+
+PIPELINE_LOCK = 0x70326E64  # one verification / index step at a time, across processes
+
+
+LOCK_WAIT_ENV = ENVIRONMENT["lock_wait_seconds"]
+
+
+def hold_pipeline_lock(conn: psycopg.Connection) -> None:
+    """Take the pipeline lock: one verification, index step or build at a time, across
+    processes. Another run holding it is waited for, at most `P2PANDA_LOCK_WAIT_SECONDS`
+    (default 600), then `busy`; while waiting, stderr says for whom, and how it goes
+    (`pipeline_lock.waiting_aloud`). The holder says who it is (`record_holder`). With the
+    lock held, staging tables left by runs that died are swept: no live run can own one."""
+    seconds = tuning().lock_wait_seconds
+    row = conn.execute("SELECT pg_try_advisory_lock(%s)", (PIPELINE_LOCK,)).fetchone()
+    if not (row and row[0]):
+        with waiting_aloud(conn, PIPELINE_LOCK, seconds):
+            _wait_for_pipeline_lock(conn, seconds)
+    record_holder(conn)
+    sweep_stages(conn)
+
+
+def _wait_for_pipeline_lock(conn: psycopg.Connection, seconds: float) -> None:
+    conn.execute(sql.SQL("SET lock_timeout = {}").format(sql.Literal(f"{int(seconds * 1000)}ms")))
+    try:
+        conn.execute("SELECT pg_advisory_lock(%s)", (PIPELINE_LOCK,))
+    except psycopg.errors.LockNotAvailable:
+        raise P2pandaError(
+            Reason.BUSY, f"another run has held the pipeline lock for over {seconds:.0f} s"
+        ) from None
+    finally:
+        conn.execute("RESET lock_timeout")
+
+
+def release_pipeline_lock(conn: psycopg.Connection) -> None:
+    conn.execute("SELECT pg_advisory_unlock(%s)", (PIPELINE_LOCK,))

@@ -1,46 +1,36 @@
-"""The data plane's SQL on the product's own tables: its progress row
-(`p2panda.pipeline_state`, which only this module writes), the entries it has not
-verified yet, and the transactions of one verification or index step, which write the
-message index, accounts, logs and index state through their writers
-(`message_index.py`, `accounts.py`, `logs.py`, `index_state.py`), and the sums of each
-chained layer the build plan keeps (`layer_digests.py`). The pipeline asks these
-functions; it writes no SQL on `p2panda.*` itself.
+"""The pipeline's progress (`p2panda.pipeline_state`, which only this module writes):
+where verification stands, the batches and layers of the columnar store, and the
+transactions of one verification or index step, which write the message index,
+accounts, logs and index state through their writers (`message_index.py`,
+`accounts.py`, `logs.py`, `index_state.py`), the sums of each chained layer
+(`layer_digests.py`), and the fingerprints that say whether the index is current. The
+entries not verified yet are read by `new_entries.py`, staging tables made by
+`staging.py`, and the lock taken by `pipeline_lock.py`.
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import cast
 
 import psycopg
 from psycopg import sql
 
-from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.store import accounts as accounts_sql
 from p2panda_assets.store import index_state as index_state_sql
 from p2panda_assets.store import layer_digests as layer_digests_sql
 from p2panda_assets.store import logs as logs_sql
 from p2panda_assets.store import message_index as message_index_sql
-from p2panda_assets.store.ingest import INGEST_LOCK
 from p2panda_assets.store.logs import LOG_COLUMNS
-from p2panda_assets.store.pipeline_lock import record_holder, waiting_aloud
-from p2panda_assets.tuning import ENVIRONMENT, tuning
-
-PIPELINE_LOCK = 0x70326E64  # one verification / index step at a time, across processes
-
-
-@dataclass(frozen=True, slots=True)
-class Stage:
-    """A staging table: `<schema>.stage_*`, created by one run for its own rows."""
-
-    schema: str
-    name: str
-
-    @property
-    def identifier(self) -> sql.Identifier:
-        return sql.Identifier(self.schema, self.name)
+from p2panda_assets.store.new_entries import (
+    committed_bound,
+    count_new_entries,
+)
+from p2panda_assets.store.staging import (
+    Stage,
+    drop_tables,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,83 +80,6 @@ def restart_verification(conn: psycopg.Connection) -> PipelineState:
             (secrets.token_hex(8),),
         )
     return pipeline_state(conn)
-
-
-def committed_bound(conn: psycopg.Connection) -> int:
-    """The highest ingest_seq below which every entry is committed: taken while no
-    ingest transaction is open (they hold INGEST_LOCK shared until they commit)."""
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (INGEST_LOCK,))
-        row = conn.execute("SELECT coalesce(max(ingest_seq), 0) FROM p2panda.entries").fetchone()
-    return int(row[0]) if row else 0
-
-
-NEW_ENTRY_COLUMNS = (
-    ("ingest_seq", "int8"),
-    ("hash", "bytea"),
-    ("entry", "bytea"),
-    ("payload", "bytea"),
-    ("verdict", "text"),
-    ("verdict_message", "text"),
-)
-_NEW_ENTRIES = sql.SQL(
-    "COPY (SELECT {} FROM p2panda.entries WHERE ingest_seq > {} AND ingest_seq <= {}"
-    " ORDER BY ingest_seq) TO STDOUT (FORMAT BINARY)"
-)
-
-
-def read_new_entries(
-    conn: psycopg.Connection, low: int, high: int, *, chunk: int = 5_000, chunk_bytes: int = 1 << 25
-) -> Iterator[list[tuple[object, ...]]]:
-    """The entries with `low < ingest_seq <= high` (columns `NEW_ENTRY_COLUMNS`), in
-    lists of up to `chunk` rows or about `chunk_bytes` of entries and payloads (a
-    payload may be 1 MiB). One binary COPY: bytea arrives as bytes, not as the hex text
-    a query result (or Spark's JDBC reader) carries, which doubles its size and must be
-    decoded again."""
-    statement = _NEW_ENTRIES.format(
-        sql.SQL(", ").join(sql.Identifier(c) for c, _ in NEW_ENTRY_COLUMNS),
-        sql.Literal(int(low)),
-        sql.Literal(int(high)),
-    )
-    rows: list[tuple[object, ...]] = []
-    size = 0
-    with conn.cursor().copy(statement) as copy:
-        copy.set_types([t for _, t in NEW_ENTRY_COLUMNS])
-        for row in copy.rows():
-            rows.append(row)
-            size += len(cast(bytes, row[2])) + len(cast(bytes | None, row[3]) or b"")
-            if len(rows) == chunk or size >= chunk_bytes:
-                yield rows
-                rows, size = [], 0
-    if rows:
-        yield rows
-
-
-def count_new_entries(conn: psycopg.Connection, low: int, high: int) -> int:
-    row = conn.execute(
-        "SELECT count(*) FROM p2panda.entries WHERE ingest_seq > %s AND ingest_seq <= %s",
-        (low, high),
-    ).fetchone()
-    return int(row[0]) if row else 0
-
-
-def stage_table(conn: psycopg.Connection, like: str, token: str) -> Stage:
-    """An unlogged table shaped like `p2panda.<like>` for one run's rows, named so that a
-    sweep finds exactly the staging tables (`p2panda.stage_*`)."""
-    stage = Stage("p2panda", f"stage_{like}_{token}")
-    conn.execute(
-        sql.SQL("CREATE UNLOGGED TABLE {} (LIKE {} INCLUDING DEFAULTS)").format(
-            stage.identifier, sql.Identifier("p2panda", like)
-        )
-    )
-    return stage
-
-
-def drop_tables(conn: psycopg.Connection, stages: Iterable[Stage | None]) -> None:
-    """Drop a run's staging tables (those it got to create)."""
-    for stage in stages:
-        if stage is not None:
-            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(stage.identifier))
 
 
 def commit_verification(
@@ -395,62 +308,6 @@ def count_good_entries(conn: psycopg.Connection) -> int:
     return int(row[0]) if row else 0
 
 
-def entries_at_most(conn: psycopg.Connection) -> int:
-    """An upper bound of the entries stored, read from an index's end: the last
-    `ingest_seq` handed out (a failed ingest leaves gaps)."""
-    row = conn.execute("SELECT coalesce(max(ingest_seq), 0) FROM p2panda.entries").fetchone()
-    return int(row[0]) if row else 0
-
-
 def count_logs(conn: psycopg.Connection) -> int:
     row = conn.execute("SELECT count(*) FROM p2panda.logs").fetchone()
     return int(row[0]) if row else 0
-
-
-LOCK_WAIT_ENV = ENVIRONMENT["lock_wait_seconds"]
-PRODUCT_SCHEMAS = ("p2panda", "p2panda_data", "p2panda_versions")
-
-
-def hold_pipeline_lock(conn: psycopg.Connection) -> None:
-    """Take the pipeline lock: one verification, index step or build at a time, across
-    processes. Another run holding it is waited for, at most `P2PANDA_LOCK_WAIT_SECONDS`
-    (default 600), then `busy`; while waiting, stderr says for whom, and how it goes
-    (`pipeline_lock.waiting_aloud`). The holder says who it is (`record_holder`). With the
-    lock held, staging tables left by runs that died are swept: no live run can own one."""
-    seconds = tuning().lock_wait_seconds
-    row = conn.execute("SELECT pg_try_advisory_lock(%s)", (PIPELINE_LOCK,)).fetchone()
-    if not (row and row[0]):
-        with waiting_aloud(conn, PIPELINE_LOCK, seconds):
-            _wait_for_pipeline_lock(conn, seconds)
-    record_holder(conn)
-    sweep_stages(conn)
-
-
-def _wait_for_pipeline_lock(conn: psycopg.Connection, seconds: float) -> None:
-    conn.execute(sql.SQL("SET lock_timeout = {}").format(sql.Literal(f"{int(seconds * 1000)}ms")))
-    try:
-        conn.execute("SELECT pg_advisory_lock(%s)", (PIPELINE_LOCK,))
-    except psycopg.errors.LockNotAvailable:
-        raise P2pandaError(
-            Reason.BUSY, f"another run has held the pipeline lock for over {seconds:.0f} s"
-        ) from None
-    finally:
-        conn.execute("RESET lock_timeout")
-
-
-def release_pipeline_lock(conn: psycopg.Connection) -> None:
-    conn.execute("SELECT pg_advisory_unlock(%s)", (PIPELINE_LOCK,))
-
-
-def sweep_stages(conn: psycopg.Connection) -> list[str]:
-    """Drop every staging table (`stage_*` in the product's schemas); the caller holds
-    the pipeline lock, so they are all a dead run's. Their names say what they are, and
-    a swapped-in table never keeps one (its key is renamed too)."""
-    rows = conn.execute(
-        "SELECT schemaname, tablename FROM pg_tables"
-        " WHERE schemaname = ANY(%s) AND tablename LIKE 'stage\\_%%'",
-        (list(PRODUCT_SCHEMAS),),
-    ).fetchall()
-    for schema, table in rows:
-        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(schema, table)))
-    return [f"{schema}.{table}" for schema, table in rows]

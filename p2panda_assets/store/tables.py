@@ -24,7 +24,7 @@ from p2panda_assets.statuses import BUILT, BuildPath, BuildStatus, SchemaStatus
 from p2panda_assets.store import accounts as accounts_sql
 from p2panda_assets.store import deleted_instances as deleted_sql
 from p2panda_assets.store import schema_versions, schemas
-from p2panda_assets.store.pipeline_state import Stage
+from p2panda_assets.store.staging import Stage
 from p2panda_assets.store.views import create_views, drop_views
 
 # The registry statuses of a schema whose table step ran (it has its table, or none is due).

@@ -15,7 +15,7 @@ import secrets
 import psycopg
 from psycopg import sql
 
-from p2panda_assets.store.pipeline_state import Stage
+from p2panda_assets.store.staging import Stage
 
 # How long the driver waits to drop a job's ledger. An attempt Spark no longer waits for
 # (on an executor that is lost, or cut off) may still hold its claim; the run goes on,

@@ -38,7 +38,7 @@ from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store import accounts as accounts_sql
 from p2panda_assets.store import deleted_instances as deleted_sql
 from p2panda_assets.store import schema_versions, schemas
-from p2panda_assets.store.pipeline_state import hold_pipeline_lock, release_pipeline_lock
+from p2panda_assets.store.pipeline_lock import hold_pipeline_lock, release_pipeline_lock
 from p2panda_assets.store.registry import table_identifier
 from p2panda_assets.store.views import create_views, drop_views, lock_views
 

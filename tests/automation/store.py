@@ -21,6 +21,7 @@ from p2panda_assets.protocol.message_index import message_index
 from p2panda_assets.store import pipeline_state as state_sql
 from p2panda_assets.store.catalog import registered_schemas
 from p2panda_assets.store.ingest import ingest
+from p2panda_assets.store.new_entries import committed_bound
 from p2panda_assets.store.pipeline_state import VERIFIED_GOOD
 from p2panda_assets.store.registry import register
 
@@ -39,7 +40,7 @@ def register_schemas(conn: psycopg.Connection, *schema_ids: str) -> None:
 def index_in_process(conn: psycopg.Connection) -> None:
     """Verify new entries, index their messages, chain and assign every log."""
     state = state_sql.pipeline_state(conn)
-    high = state_sql.committed_bound(conn)
+    high = committed_bound(conn)
     unverified = conn.execute(
         "SELECT hash, entry, payload FROM p2panda.entries"
         " WHERE verdict IS NULL AND ingest_seq > %s AND ingest_seq <= %s",

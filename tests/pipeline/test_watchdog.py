@@ -42,11 +42,13 @@ from p2panda_assets.pipeline.spark.watchdog import (
 from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store.database import connect, ensure_schema
 from p2panda_assets.store.ingest import ingest
-from p2panda_assets.store.pipeline_lock import PROGRESS_ENV, label_session, publish_progress
-from p2panda_assets.store.pipeline_state import (
+from p2panda_assets.store.pipeline_lock import (
     LOCK_WAIT_ENV,
     PIPELINE_LOCK,
+    PROGRESS_ENV,
     hold_pipeline_lock,
+    label_session,
+    publish_progress,
     release_pipeline_lock,
 )
 from p2panda_assets.store.registry import register

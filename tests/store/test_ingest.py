@@ -17,7 +17,7 @@ from p2panda_assets.protocol.entry import decode_entry
 from p2panda_assets.protocol.hashing import DEFAULT_ALGORITHM
 from p2panda_assets.store.database import ensure_schema
 from p2panda_assets.store.ingest import IngestCounts, ingest
-from p2panda_assets.store.pipeline_state import read_new_entries
+from p2panda_assets.store.new_entries import read_new_entries
 
 pytestmark = pytest.mark.postgres
 

@@ -10,15 +10,14 @@ from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.pipeline.build.increments import layers_after
 from p2panda_assets.store.database import connect, ensure_schema
 from p2panda_assets.store.ingest import ingest
-from p2panda_assets.store.pipeline_state import (
+from p2panda_assets.store.new_entries import entries_at_most
+from p2panda_assets.store.pipeline_lock import (
     LOCK_WAIT_ENV,
     PIPELINE_LOCK,
-    entries_at_most,
     hold_pipeline_lock,
-    keep_layer_digests,
-    layer_digests,
     release_pipeline_lock,
 )
+from p2panda_assets.store.pipeline_state import keep_layer_digests, layer_digests
 from p2panda_assets.testing.builder import CorpusBuilder, create_field
 
 pytestmark = pytest.mark.postgres

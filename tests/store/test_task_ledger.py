@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from p2panda_assets.store import task_ledger
-from p2panda_assets.store.pipeline_state import Stage
+from p2panda_assets.store.staging import Stage
 from p2panda_assets.store.task_ledger import claim_task, create_ledger, drop_ledger, record_task
 
 pytestmark = pytest.mark.postgres

@@ -30,7 +30,6 @@ from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.statuses import BuildStatus
 from p2panda_assets.store import tables
 from p2panda_assets.store.ingest import ingest
-from p2panda_assets.store.pipeline_state import drop_tables
 from p2panda_assets.store.registry import (
     RegistryRow,
     register,
@@ -41,6 +40,7 @@ from p2panda_assets.store.registry import (
     table_name_for,
     version_table_name_for,
 )
+from p2panda_assets.store.staging import drop_tables
 from p2panda_assets.store.unregister import unregister
 from p2panda_assets.testing.builder import CorpusBuilder, SchemaAuthor, create_field, instances
 

@@ -46,7 +46,7 @@ from p2panda_assets.pipeline.postgres.copy import ACCOUNT_COLUMNS, CopyResult, D
 from p2panda_assets.pipeline.spark.frames import local_frame
 from p2panda_assets.statuses import BuildPath
 from p2panda_assets.store.copying import Target
-from p2panda_assets.store.pipeline_state import Stage
+from p2panda_assets.store.staging import Stage
 
 # The reduced rows an increment reads in the driver (`building._reduced_again`).
 COLLECT = ("error", "instance", "before")

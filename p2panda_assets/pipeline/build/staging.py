@@ -20,7 +20,7 @@ from p2panda_assets.pipeline.postgres.copy import (
 )
 from p2panda_assets.store import tables
 from p2panda_assets.store.copying import Target, copy_type
-from p2panda_assets.store.pipeline_state import Stage
+from p2panda_assets.store.staging import Stage
 from p2panda_assets.tuning import tuning
 
 # The system columns as the binary COPY names their types, from the one table of them.

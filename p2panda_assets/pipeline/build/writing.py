@@ -26,7 +26,7 @@ from p2panda_assets.pipeline.postgres.copy import CopyResult
 from p2panda_assets.statuses import BuildStatus
 from p2panda_assets.store import tables
 from p2panda_assets.store.copying import Target
-from p2panda_assets.store.pipeline_state import Stage, drop_tables
+from p2panda_assets.store.staging import Stage, drop_tables
 from p2panda_assets.store.tables import BuildState, Outcome
 
 

@@ -60,6 +60,7 @@ from p2panda_assets.pipeline.spark.groups import map_groups
 from p2panda_assets.statuses import BuildPath
 from p2panda_assets.store import pipeline_state as state_sql
 from p2panda_assets.store.copying import Target, copy_rows
+from p2panda_assets.store.staging import Stage
 
 Frame = Any  # a Spark DataFrame, or an Arrow table (the driver path)
 LogPosition = tuple[bytes, int, int]
@@ -103,7 +104,7 @@ class IndexSteps(Protocol):
         (`pipeline.index.accounts.pending_group`)."""
         ...
 
-    def copy_accounts(self, accounts: Frame, url: str, stage: state_sql.Stage) -> None: ...
+    def copy_accounts(self, accounts: Frame, url: str, stage: Stage) -> None: ...
 
     def accepted_at(
         self, layers: Sequence[str], positions: list[LogPosition]
@@ -192,7 +193,7 @@ class SparkIndexSteps:
         accounts = map_groups(planned, ("author", "log_id"), ("seq",), pending_group, ACCOUNT_ARROW)
         return accounts.withColumn("origin", F.lit("pending"))
 
-    def copy_accounts(self, accounts: Frame, url: str, stage: state_sql.Stage) -> None:
+    def copy_accounts(self, accounts: Frame, url: str, stage: Stage) -> None:
         copy_frame(accounts, url, Target.into(stage, ACCOUNT_TARGET_COLUMNS))
 
     def accepted_at(
@@ -290,7 +291,7 @@ class DriverIndexSteps:
         )
         return [(*row.values(), "pending") for row in table.to_pylist()]
 
-    def copy_accounts(self, accounts: Frame, url: str, stage: state_sql.Stage) -> None:
+    def copy_accounts(self, accounts: Frame, url: str, stage: Stage) -> None:
         with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
             copy_rows(conn, Target.into(stage, ACCOUNT_TARGET_COLUMNS), accounts)
 

@@ -65,6 +65,8 @@ from p2panda_assets.protocol.log import LogTip, anchors_for
 from p2panda_assets.statuses import BuildPath
 from p2panda_assets.store import pipeline_state as state_sql
 from p2panda_assets.store.catalog import load_catalog, registered_schemas, stored_catalog
+from p2panda_assets.store.pipeline_lock import hold_pipeline_lock, release_pipeline_lock
+from p2panda_assets.store.staging import Stage, drop_tables, stage_table
 from p2panda_assets.tuning import ENVIRONMENT, tuned, tuning
 
 
@@ -92,14 +94,14 @@ def run_index(spark: SparkSession, conn: psycopg.Connection, url: str) -> IndexR
     that runs out of heap under it is named (`jvm_failures`). One tuning holds for the
     whole step: the one in force when it started."""
     with tuned(tuning()), watched(spark, holder=conn), jvm_failures_explained(spark):
-        state_sql.hold_pipeline_lock(conn)
+        hold_pipeline_lock(conn)
         try:
             verified = verify_new_entries(spark, conn, url)
             good = state_sql.count_good_entries(conn)
             with sized_for_the_store(spark, good):
                 return _run_index(spark, conn, url, verified, good)
         finally:
-            state_sql.release_pipeline_lock(conn)
+            release_pipeline_lock(conn)
 
 
 def last_index(spark: SparkSession, conn: psycopg.Connection) -> IndexResult:
@@ -171,7 +173,7 @@ class Whole:
 
     def commit(
         self, conn: psycopg.Connection, rows: list[tuple[object, ...]], run: str | None
-    ) -> Callable[[state_sql.Stage], None]:
+    ) -> Callable[[Stage], None]:
         assert run is not None
         return lambda stage: state_sql.commit_index(
             conn, rows, stage, run, self.fingerprint, self.state.batch
@@ -192,7 +194,7 @@ class Appended(Whole):
 
     def commit(
         self, conn: psycopg.Connection, rows: list[tuple[object, ...]], run: str | None
-    ) -> Callable[[state_sql.Stage], None]:
+    ) -> Callable[[Stage], None]:
         layers = self.layers(run)
         return lambda stage: state_sql.commit_appended(
             conn, rows, stage, layers[1:], self.fingerprint, self.state.batch
@@ -414,17 +416,17 @@ def _commit(
     steps: IndexSteps,
     accounts: Frame,
     run: str | None,
-    settle: Callable[[state_sql.Stage], None],
+    settle: Callable[[Stage], None],
 ) -> None:
     """Stage the index accounts, then `settle` them with the rest of the step in one
     transaction; on any failure, drop the stage and the chained run this step wrote."""
-    stage = state_sql.stage_table(conn, "accounts", secrets.token_hex(6))
+    stage = stage_table(conn, "accounts", secrets.token_hex(6))
     try:
         steps.copy_accounts(accounts, url, stage)
         failpoint(Failpoint.INDEXED)
         settle(stage)
     except BaseException:
-        state_sql.drop_tables(conn, [stage])
+        drop_tables(conn, [stage])
         if run is not None:
             steps.remove_run(run)
         raise

@@ -47,6 +47,8 @@ from p2panda_assets.pipeline.spark.session import entries_per_partition
 from p2panda_assets.protocol.message_index import decoded_and_indexed
 from p2panda_assets.store import pipeline_state as state_sql
 from p2panda_assets.store.copying import Target, copy_rows
+from p2panda_assets.store.new_entries import committed_bound, count_new_entries, read_new_entries
+from p2panda_assets.store.staging import Stage, drop_tables, stage_table
 from p2panda_assets.tuning import tuning
 
 VERIFIED_ARROW = arrow_schema(
@@ -100,7 +102,7 @@ INDEX_COLUMNS = (
 
 
 def verify_rows(rows: Iterable[Sequence[object]]) -> pa.RecordBatch:
-    """Stored entries (columns `store.pipeline_state.NEW_ENTRY_COLUMNS`) as one batch of
+    """Stored entries (columns `store.new_entries.NEW_ENTRY_COLUMNS`) as one batch of
     the columnar store: entries rejected at ingest keep their verdict, the others are
     verified here by the engine's `check_record`; of each good one, the links the chain
     rules read are kept and its message is indexed."""
@@ -268,15 +270,15 @@ def verify_new_entries(spark: SparkSession, conn: psycopg.Connection, url: str) 
     warehouse = current_warehouse(spark, conn)
     state = state_sql.pipeline_state(conn)
     _forget_unfinished_batches(spark, warehouse, state.batch)
-    high = state_sql.committed_bound(conn)
-    new = state_sql.count_new_entries(conn, state.verified_through, high)
+    high = committed_bound(conn)
+    new = count_new_entries(conn, state.verified_through, high)
     if not new:
         return 0
     batch = state.batch + 1
     path = warehouse.batch(batch)
     token = secrets.token_hex(6)
-    index = state_sql.stage_table(conn, "message_index", token)
-    accounts = state_sql.stage_table(conn, "accounts", token)
+    index = stage_table(conn, "message_index", token)
+    accounts = stage_table(conn, "accounts", token)
     try:
         bounds = (state.verified_through, high)
         if new <= tuning().verify_in_driver:
@@ -286,7 +288,7 @@ def verify_new_entries(spark: SparkSession, conn: psycopg.Connection, url: str) 
         failpoint(Failpoint.VERIFIED)
         state_sql.commit_verification(conn, index, accounts, high, batch, new)
     except BaseException:
-        state_sql.drop_tables(conn, [index, accounts])
+        drop_tables(conn, [index, accounts])
         remove(spark, path)
         raise
     return new
@@ -304,8 +306,8 @@ def _verify_in_spark(
     new: int,
     bounds: tuple[int, int],
     path: str,
-    index: state_sql.Stage,
-    accounts: state_sql.Stage,
+    index: Stage,
+    accounts: Stage,
 ) -> None:
     """Each Spark task reads its range of new entries by binary COPY and verifies them:
     they go from the entry store to the columnar store once, through one process. The
@@ -314,7 +316,7 @@ def _verify_in_spark(
     ranges = split_range(*bounds, verify_tasks(new, spark.sparkContext.defaultParallelism))
 
     def read_and_verify(
-        batches: Iterator[pa.RecordBatch], ledger: state_sql.Stage
+        batches: Iterator[pa.RecordBatch], ledger: Stage
     ) -> Iterator[pa.RecordBatch]:
         with (
             psycopg.connect(url, autocommit=True) as conn,
@@ -323,7 +325,7 @@ def _verify_in_spark(
         ):
             for batch in batches:
                 for task in cast(list[int], batch.column("id").to_pylist()):
-                    for rows in state_sql.read_new_entries(conn, *ranges[task]):
+                    for rows in read_new_entries(conn, *ranges[task]):
                         verified = verify_rows(rows)
                         if attempt.recorded is None:
                             copy_side_rows(out, verified, index, accounts)
@@ -340,10 +342,10 @@ def _verify_in_driver(
     conn: psycopg.Connection,
     bounds: tuple[int, int],
     path: str,
-    index: state_sql.Stage,
-    accounts: state_sql.Stage,
+    index: Stage,
+    accounts: Stage,
 ) -> None:
-    batches = [verify_rows(rows) for rows in state_sql.read_new_entries(conn, *bounds)]
+    batches = [verify_rows(rows) for rows in read_new_entries(conn, *bounds)]
     for batch in batches:
         copy_side_rows(conn, batch, index, accounts)
     table = pa.Table.from_batches(batches, schema=VERIFIED_ARROW)
@@ -374,8 +376,8 @@ def side_rows(batch: pa.RecordBatch) -> tuple[list[list[object]], list[list[obje
 def copy_side_rows(
     conn: psycopg.Connection,
     batch: pa.RecordBatch,
-    index: state_sql.Stage,
-    accounts: state_sql.Stage,
+    index: Stage,
+    accounts: Stage,
 ) -> None:
     """COPY a verified batch's `side_rows` into the run's stages."""
     index_rows, account_rows = side_rows(batch)

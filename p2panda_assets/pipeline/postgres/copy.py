@@ -33,7 +33,7 @@ from p2panda_assets.pipeline.postgres.once_per_task import (
 )
 from p2panda_assets.pipeline.spark.session import sized_for_the_driver
 from p2panda_assets.store.copying import Target, copy_rows
-from p2panda_assets.store.pipeline_state import Stage
+from p2panda_assets.store.staging import Stage
 from p2panda_assets.tuning import tuning
 
 # The columns of p2panda.accounts every stage of the pipeline writes (origin aside).

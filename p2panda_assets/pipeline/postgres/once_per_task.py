@@ -18,7 +18,7 @@ import pyarrow as pa
 from pyspark import TaskContext
 
 from p2panda_assets.failpoints import Failpoint, failpoint
-from p2panda_assets.store.pipeline_state import Stage
+from p2panda_assets.store.staging import Stage
 from p2panda_assets.store.task_ledger import claim_task, create_ledger, drop_ledger, record_task
 
 
