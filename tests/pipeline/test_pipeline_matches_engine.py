@@ -21,12 +21,14 @@ from p2panda_assets.errors import P2pandaError
 from p2panda_assets.pipeline.columnar.arrow_io import DRIVER_PATH_ENVS
 from p2panda_assets.pipeline.columnar.warehouse import exists, remove
 from p2panda_assets.pipeline.index import chaining
-from p2panda_assets.pipeline.index.step import last_index
+from p2panda_assets.pipeline.index.step import last_index, run_index
 from p2panda_assets.pipeline.index.verify import current_warehouse
+from p2panda_assets.pipeline.materialize import materialize_schemas
 from p2panda_assets.pipeline.run import run_pipeline
 from p2panda_assets.protocol.entry import decode_entry
 from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.protocol.messages import decode_message
+from p2panda_assets.statuses import BuildPath
 from p2panda_assets.store.catalog import stored_catalog
 from p2panda_assets.store.database import connect, ensure_schema
 from p2panda_assets.store.feed import verified_reverts
@@ -57,13 +59,20 @@ def empty_store(url: str) -> psycopg.Connection:
     return conn
 
 
-def check_equal(spark, url: str, pairs, registered: set[str]) -> None:
+def check_equal(
+    spark, url: str, pairs, registered: set[str], index_path: BuildPath | None = None
+) -> None:
+    """The pipeline's tables, deleted sets, accounts and index equal the engine's; with
+    `index_path`, the index step took that path (or had nothing to index)."""
     with empty_store(url) as conn:
         ingest(conn, pairs)
         for schema_id in sorted(registered):
             author, log_id = parse_schema_id(schema_id)
             register(conn, author, log_id, None)
-        run_pipeline(spark, conn, url)
+        index = run_index(spark, conn, url)
+        materialize_schemas(spark, conn, url, index, sorted(index.catalog.registered or ()))
+        if index_path is not None:
+            assert index.path in (index_path, None)
         expected = reduce_corpus(pairs, registered)
         assert pg_tables(conn, sorted(registered)) == engine_tables(expected)
         assert pg_deleted(conn, sorted(registered)) == engine_deleted(expected, sorted(registered))
@@ -107,8 +116,9 @@ def test_pipeline_tables_and_accounts_equal_the_engine(spark, session_database, 
         collect_chain_entries=in_driver,
         collect_cascade_rows=settled,
     )
+    taken = BuildPath.DRIVER if driver_path > 0 else BuildPath.SPARK
     with tuned(chosen):
-        check_equal(spark, session_database, corpus.pairs, registered)
+        check_equal(spark, session_database, corpus.pairs, registered, taken)
 
 
 def test_a_badly_signed_migration_is_not_in_the_stored_catalog(spark, session_database):

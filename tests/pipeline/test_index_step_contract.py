@@ -1,0 +1,235 @@
+"""The index step's two paths keep one contract (issue 55): every method of `IndexSteps`
+runs on `SparkIndexSteps` and on `DriverIndexSteps` over the same verified batches, and
+what each gives back is the same once both are read as rows. A rule changed in one path
+only (the accepted entries, the accounts, the layer's columns) fails here by name of the
+method, before any end-to-end property test would find it.
+
+Spark's side takes its Spark jobs here (`chain_logs`, not the rows collected to the
+driver), so the two implementations share nothing but the kernels."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+
+from p2panda_assets.engine.corpus import Catalog
+from p2panda_assets.engine.relations import BuildOrder
+from p2panda_assets.pipeline.columnar.layers import read_layers
+from p2panda_assets.pipeline.columnar.warehouse import Warehouse
+from p2panda_assets.pipeline.index.accounts import schema_account_rows, waiting_logs
+from p2panda_assets.pipeline.index.log_plan import LogPlan, plan_logs
+from p2panda_assets.pipeline.index.paths import DriverIndexSteps, IndexSteps, SparkIndexSteps
+from p2panda_assets.pipeline.index.verify import current_warehouse, verify_new_entries
+from p2panda_assets.pipeline.kernels.batches import Row, python_rows
+from p2panda_assets.protocol.ids import parse_schema_id
+from p2panda_assets.store.catalog import load_catalog, registered_schemas
+from p2panda_assets.store.ingest import ingest
+from p2panda_assets.store.pipeline_state import PipelineState, pipeline_state
+from p2panda_assets.store.registry import register
+from p2panda_assets.store.staging import drop_tables, stage_table
+from p2panda_assets.testing.builder import CorpusBuilder, create_field, instances
+from tests.pipeline.test_pipeline_matches_engine import empty_store
+
+pytestmark = [pytest.mark.spark, pytest.mark.postgres]
+
+
+def a_corpus_with_every_kind_of_log() -> tuple[CorpusBuilder, set[str]]:
+    """A registered schema with instances in several logs (a delete among them), a log
+    with a gap (its entries after it held), and a log of a schema nobody registered (its
+    entries pending)."""
+    corpus = CorpusBuilder()
+    note = corpus.author(1).schema(1, "note")
+    note.migrate(create_field("title", "text", default=""))
+    note.migrate(create_field("body", "text", default=""))
+    other = corpus.author(1).schema(2, "other")
+    other.migrate(create_field("n", "integer", default=0))
+    mary = instances(corpus.author(2), 1)
+    first = mary.create(note.ref(), title="first", body="a")
+    mary.update(note.ref(), first, title="first, again")
+    second = mary.create(note.ref(), title="second")
+    mary.delete(second, note.ref())
+    gappy = instances(corpus.author(3), 1)
+    gappy.create(note.ref(), title="kept")
+    before_gap = len(corpus.pairs)
+    gappy.create(note.ref(), title="lost")
+    gappy.create(note.ref(), title="held")
+    gappy.create(note.ref(), title="held too")
+    del corpus.pairs[before_gap]  # the log's second entry never arrives
+    instances(corpus.author(4), 1).create(other.ref(), n=7)
+    return corpus, {note.schema_id}
+
+
+@dataclass
+class Store:
+    conn: psycopg.Connection
+    url: str
+    warehouse: Warehouse
+    state: PipelineState
+    entries: int
+
+
+@pytest.fixture(scope="module")
+def store(spark: SparkSession, session_database: str) -> Iterator[Store]:
+    corpus, registered = a_corpus_with_every_kind_of_log()
+    with empty_store(session_database) as conn:
+        ingest(conn, corpus.pairs)
+        for schema_id in registered:
+            register(conn, *parse_schema_id(schema_id), None)
+        entries = verify_new_entries(spark, conn, session_database)
+        warehouse = current_warehouse(spark, conn)
+        yield Store(conn, session_database, warehouse, pipeline_state(conn), entries)
+
+
+def as_rows(frame: DataFrame | pa.Table | list[tuple[object, ...]] | None) -> list[Row]:
+    """A handle of either path as rows, in one order: Spark frames and Arrow tables by
+    their columns (u64 decimals as ints), the driver's account tuples by position."""
+    if frame is None:
+        return []
+    if isinstance(frame, list):
+        return sorted(({str(i): v for i, v in enumerate(row)} for row in frame), key=repr)
+    table = frame.toArrow() if isinstance(frame, DataFrame) else frame
+    rows = (row for batch in table.to_batches() for row in python_rows(batch))
+    return sorted(rows, key=lambda row: repr(sorted(row.items())))
+
+
+def account_rows(accounts: DataFrame | list[tuple[object, ...]]) -> list[tuple[Any, ...]]:
+    """Accounts as (hash, schema_id, state, reason, message, origin) tuples."""
+    if isinstance(accounts, list):
+        return sorted((tuple(row) for row in accounts), key=repr)
+    columns = ("hash", "schema_id", "state", "reason", "message", "origin")
+    return sorted((tuple(row[c] for c in columns) for row in as_rows(accounts)), key=repr)
+
+
+@dataclass
+class Walk:
+    """Every handle one path gave back, step by step, as `pipeline.index.step._index`
+    asks for them."""
+
+    verified: Any
+    rows: list[Row] | None
+    chained: Any
+    found: Any
+    catalog: Catalog
+    order: BuildOrder
+    plan: LogPlan
+    accepted: Any
+    pending: Any
+    accounts: Any
+    run: str
+
+
+def walk(steps: IndexSteps, store: Store, spark_jobs: bool) -> Walk:
+    verified = steps.verified(store.state)
+    rows = steps.rows(verified, store.entries)
+    chained = steps.chain(verified, None if spark_jobs else rows, {})
+    found = steps.found(chained)
+    summaries = {key: summary for key, (summary, _) in found.logs.items()}
+    schema_keys = [key for key, summary in summaries.items() if summary.is_schema]
+    catalog = load_catalog(store.conn, schema_keys, registered_schemas(store.conn))
+    order = catalog.order()
+    plan = plan_logs(summaries, catalog, order)
+    accepted = steps.accepted(verified, chained, found.held)
+    pending = steps.pending(accepted, waiting_logs(plan))
+    accounts = steps.accounts(chained, pending, schema_account_rows(catalog))
+    run = steps.write(accepted, plan, found.unexplained, False)
+    return Walk(
+        verified, rows, chained, found, catalog, order, plan, accepted, pending, accounts, run
+    )
+
+
+@pytest.fixture(scope="module")
+def walks(spark: SparkSession, store: Store) -> dict[str, Walk]:
+    spark_steps = SparkIndexSteps(spark, store.warehouse)
+    driver_steps = DriverIndexSteps(store.warehouse)
+    return {
+        "spark": walk(spark_steps, store, spark_jobs=True),
+        "driver": walk(driver_steps, store, spark_jobs=False),
+    }
+
+
+def test_the_corpus_has_what_the_contract_needs(walks: dict[str, Walk]) -> None:
+    """Held entries, pending logs, a schema account and a deleted instance: no method is
+    compared on nothing."""
+    found = walks["driver"].found
+    assert found.held == 2  # the two entries after the gap
+    assert waiting_logs(walks["driver"].plan)  # the unregistered schema's log
+    assert walks["driver"].pending
+    assert any(row["kind"] == "delete" for row in as_rows(walks["driver"].accepted))
+
+
+def test_verified_entries_are_the_same(walks: dict[str, Walk]) -> None:
+    assert as_rows(walks["spark"].verified) == as_rows(walks["driver"].verified)
+
+
+def test_the_rows_to_chain_are_the_same(walks: dict[str, Walk]) -> None:
+    spark_rows, driver_rows = walks["spark"].rows, walks["driver"].rows
+    assert spark_rows is not None and driver_rows is not None  # a few entries: both hold them
+    assert sorted(spark_rows, key=repr) == sorted(driver_rows, key=repr)
+
+
+def test_chaining_finds_the_same_logs(walks: dict[str, Walk]) -> None:
+    assert walks["spark"].found == walks["driver"].found
+    assert as_rows(walks["spark"].chained) == as_rows(walks["driver"].chained)
+
+
+def test_the_accepted_entries_are_the_same(walks: dict[str, Walk]) -> None:
+    assert as_rows(walks["spark"].accepted) == as_rows(walks["driver"].accepted)
+
+
+def test_the_pending_accounts_are_the_same(walks: dict[str, Walk]) -> None:
+    assert account_rows(walks["spark"].pending) == account_rows(walks["driver"].pending)
+
+
+def test_the_index_accounts_are_the_same(walks: dict[str, Walk]) -> None:
+    assert account_rows(walks["spark"].accounts) == account_rows(walks["driver"].accounts)
+
+
+def test_the_written_layers_hold_the_same_messages(
+    spark: SparkSession, store: Store, walks: dict[str, Walk]
+) -> None:
+    written = {
+        path: read_layers(spark, [store.warehouse.chained(w.run)]) for path, w in walks.items()
+    }
+    assert as_rows(written["spark"]) == as_rows(written["driver"])
+    assert as_rows(written["driver"])
+
+
+def test_the_accounts_are_copied_the_same(
+    spark: SparkSession, store: Store, walks: dict[str, Walk]
+) -> None:
+    copied = {}
+    for path, steps in (
+        ("spark", SparkIndexSteps(spark, store.warehouse)),
+        ("driver", DriverIndexSteps(store.warehouse)),
+    ):
+        stage = stage_table(store.conn, "accounts", f"contract_{path}")
+        try:
+            steps.copy_accounts(walks[path].accounts, store.url, stage)
+            columns = "hash, schema_id, state, reason, message, origin"
+            query = f"SELECT {columns} FROM p2panda.{stage.name}"
+            copied[path] = sorted(store.conn.execute(query).fetchall(), key=repr)
+        finally:
+            drop_tables(store.conn, [stage])
+    assert copied["spark"] == copied["driver"]
+    assert copied["driver"]
+
+
+def test_the_accepted_entry_at_a_position_is_the_same(
+    spark: SparkSession, store: Store, walks: dict[str, Walk]
+) -> None:
+    layers = [store.warehouse.chained(walks["driver"].run)]
+    positions: list[tuple[bytes, int, int]] = [
+        (bytes(row["author"]), int(row["log_id"]), int(row["seq"]))
+        for row in as_rows(walks["driver"].accepted)
+    ]
+    positions.append((b"\x00" * 32, 1, 1))  # no entry there
+    spark_found = SparkIndexSteps(spark, store.warehouse).accepted_at(layers, positions)
+    driver_found = DriverIndexSteps(store.warehouse).accepted_at(layers, positions)
+    assert sorted(spark_found) == sorted(driver_found)
+    assert len(driver_found) == len(positions) - 1
