@@ -91,7 +91,7 @@ class DaemonScenario:
         os.environ["P2PANDA_HOME"] = str(home)
         os.environ.pop("P2PANDA_DATABASE_URL", None)
         os.environ.pop("DAGSTER_HOME", None)
-        from p2panda_assets.orchestration import prepare_environment
+        from p2panda_assets.defs.orchestration import prepare_environment
 
         self.url = prepare_environment()  # embedded server, DAGSTER_HOME, dagster.yaml
         self.daemon: subprocess.Popen[bytes] | None = None

@@ -111,7 +111,7 @@ def check(
 def ensure(schema: str, version: int, version_hash: str | None = None) -> CheckResult:
     """`check`, and if the table is missing or older, materialize it (through Dagster,
     as `panda materialize` does) and check again. Never downgrades."""
-    from p2panda_assets.orchestration import add_partition, materialize, prepare_environment
+    from p2panda_assets.defs.orchestration import add_partition, materialize, prepare_environment
     from p2panda_assets.store.database import connect, ensure_schema
     from p2panda_assets.store.registry import register
 

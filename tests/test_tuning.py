@@ -21,7 +21,7 @@ READERS = {
     "home.py": "P2PANDA_HOME, where everything lives",
     "store/database.py": "P2PANDA_DATABASE_URL, the store to connect to",
     "failpoints.py": "the fault tests' failpoints",
-    "orchestration.py": "the Dagster home and the database URL it hands Dagster",
+    "defs/orchestration.py": "the Dagster home and the database URL it hands Dagster",
     "cli/demo_cmd.py": "the demo's own P2PANDA_HOME",
     "cli/quiet.py": "Spark's log level for --verbose",
     "cli/server_cmd.py": "whether an external server is configured",

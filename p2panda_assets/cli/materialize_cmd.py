@@ -33,7 +33,7 @@ def run_materialize(args: argparse.Namespace) -> int:
     """One line per schema on stdout (and one more if nothing was new, so no run was
     launched); one `error: <reason>: ...` line on stderr per schema whose build failed
     (the others are built all the same), then exit 1."""
-    from p2panda_assets.orchestration import a_short_run
+    from p2panda_assets.defs.orchestration import a_short_run
 
     with a_short_run():
         if args.as_of_version is not None:
@@ -42,7 +42,7 @@ def run_materialize(args: argparse.Namespace) -> int:
 
 
 def run_current(args: argparse.Namespace) -> int:
-    from p2panda_assets.orchestration import materialize
+    from p2panda_assets.defs.orchestration import materialize
     from p2panda_assets.store.database import connect
     from p2panda_assets.store.registry import registered_schemas
 
@@ -76,7 +76,7 @@ def result_line(row: RegistryRow) -> str:
 
 def run_as_of(args: argparse.Namespace) -> int:
     from p2panda_assets.cli.check_cmd import parse_version
-    from p2panda_assets.orchestration import materialize_as_of
+    from p2panda_assets.defs.orchestration import materialize_as_of
     from p2panda_assets.store.database import connect
     from p2panda_assets.store.schema_versions import version_table
 

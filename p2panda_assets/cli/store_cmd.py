@@ -166,7 +166,7 @@ def run_register(args: argparse.Namespace) -> int:
     with open_store() as conn:
         registration = register_schema(conn, author, log_id, args.name)
         stored = log_is_stored(conn, author, log_id)
-    from p2panda_assets.orchestration import add_partition
+    from p2panda_assets.defs.orchestration import add_partition
 
     add_partition(registration.schema_id)
     print(f"schema_id: {registration.schema_id}")

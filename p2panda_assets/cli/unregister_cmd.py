@@ -39,8 +39,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_unregister(args: argparse.Namespace) -> int:
     from p2panda_assets.cli.materialize_cmd import resolve_schemas
     from p2panda_assets.cli.store_cmd import open_store
-    from p2panda_assets.orchestration import prepare_environment
-    from p2panda_assets.partitions_admin import remove_partition
+    from p2panda_assets.defs.orchestration import prepare_environment
+    from p2panda_assets.defs.partitions_admin import remove_partition
     from p2panda_assets.store.unregister import unregister
 
     prepare_environment()  # the database Dagster's storage is in, and DAGSTER_HOME

@@ -35,7 +35,7 @@ from dagster._core.launcher import (
 )
 from dagster._serdes import ConfigurableClass, ConfigurableClassData, serialize_value
 
-from p2panda_assets.dead_runs import HOST_TAG, PID_TAG, process_alive
+from p2panda_assets.defs.dead_runs import HOST_TAG, PID_TAG, process_alive
 from p2panda_assets.resident.protocol import NO_WARM_UP_ARG, REPORT_FD_ARG, finished_run
 
 

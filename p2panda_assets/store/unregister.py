@@ -19,7 +19,7 @@ its logs may name the unregistered schema, and waits for it now.
 A schema that other registered schemas relate to (their registry row's `upstream` names
 it) is only unregistered with `force`: their tables stay as they are, and their next
 build waits until it is registered again. The caller removes the Dagster partition
-afterwards (`p2panda_assets.partitions_admin`).
+afterwards (`p2panda_assets.defs.partitions_admin`).
 
 Every identifier is composed with `psycopg.sql.Identifier`. The transaction is a
 composition: each `p2panda.*` table it changes is written by its own module

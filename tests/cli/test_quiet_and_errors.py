@@ -300,8 +300,8 @@ class Stop(Exception):
 
 @pytest.mark.postgres
 def test_materialize_takes_schema_names(capsys, conn, monkeypatch: pytest.MonkeyPatch) -> None:
-    from p2panda_assets import orchestration
     from p2panda_assets.cli.materialize_cmd import resolve_schemas
+    from p2panda_assets.defs import orchestration
     from p2panda_assets.store.registry import register
 
     _, (mail, profile, first, second) = note_corpus(1, 2, 3, 4)

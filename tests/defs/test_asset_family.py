@@ -23,9 +23,9 @@ from p2panda_assets.cli.main import main
 from p2panda_assets.cli.store_cmd import STATUS_COLUMNS
 from p2panda_assets.definitions import defs
 from p2panda_assets.defs.assets import SCHEMA_TAG, VERSION_TAG
+from p2panda_assets.defs.orchestration import JOB, SCHEMAS, run_failure
 from p2panda_assets.engine.corpus import reduce_corpus
 from p2panda_assets.errors import Reason
-from p2panda_assets.orchestration import JOB, SCHEMAS, run_failure
 from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store.database import connect, ensure_schema
 from p2panda_assets.store.ingest import ingest

@@ -10,7 +10,7 @@ import sys
 
 import dagster as dg
 
-from p2panda_assets.dead_runs import HOST_TAG, PID_TAG, fail_dead_runs, process_tags
+from p2panda_assets.defs.dead_runs import HOST_TAG, PID_TAG, fail_dead_runs, process_tags
 
 
 @dg.op

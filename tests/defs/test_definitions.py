@@ -19,7 +19,7 @@ from dagster_postgres.utils import pg_url_from_config
 
 import p2panda_assets
 from p2panda_assets.definitions import defs
-from p2panda_assets.orchestration import JOB, SCHEMAS
+from p2panda_assets.defs.orchestration import JOB, SCHEMAS
 from p2panda_assets.store.database import DATABASE_URL_ENV
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -35,7 +35,7 @@ from dagster._core.workspace.load import (
     location_origins_from_yaml_paths,
 )
 
-from p2panda_assets.orchestration import JOB
+from p2panda_assets.defs.orchestration import JOB
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

@@ -20,8 +20,8 @@ import time
 
 import dagster as dg
 
+from p2panda_assets.defs.orchestration import materialize
 from p2panda_assets.errors import P2pandaError
-from p2panda_assets.orchestration import materialize
 
 
 def main() -> int:

@@ -15,7 +15,7 @@ import dagster as dg
 import pytest
 from dagster._daemon.monitoring.run_monitoring import monitor_started_run
 
-from p2panda_assets.dead_runs import HOST_TAG, PID_TAG
+from p2panda_assets.defs.dead_runs import HOST_TAG, PID_TAG
 from p2panda_assets.resident.launcher import ResidentRunLauncher
 from tests.resident import jobs
 

@@ -22,9 +22,9 @@ import pytest
 from psycopg import sql
 
 from p2panda_assets.cli.main import main
+from p2panda_assets.defs.orchestration import SCHEMAS, add_partition
 from p2panda_assets.engine.corpus import Row, reduce_corpus
 from p2panda_assets.errors import Reason
-from p2panda_assets.orchestration import SCHEMAS, add_partition
 from p2panda_assets.pipeline.build.columns import pg_type
 from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.statuses import BuildStatus

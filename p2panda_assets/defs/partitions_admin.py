@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import dagster as dg
 
+from p2panda_assets.defs.orchestration import prepare_environment
 from p2panda_assets.defs.partitions import SCHEMAS, schema_id_of
-from p2panda_assets.orchestration import prepare_environment
 
 
 def remove_partition(schema_id: str) -> bool:

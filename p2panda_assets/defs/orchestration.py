@@ -19,7 +19,7 @@ import dagster as dg
 import psycopg
 from dagster._utils.error import SerializableErrorInfo
 
-from p2panda_assets.dead_runs import fail_dead_runs, process_tags
+from p2panda_assets.defs.dead_runs import fail_dead_runs, process_tags
 from p2panda_assets.defs.partitions import (
     BUILT_FROM,
     partition_key,
