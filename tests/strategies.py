@@ -5,7 +5,7 @@ signatures, garbage payloads, duplicates)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hypothesis import strategies as st
 
@@ -19,6 +19,7 @@ from p2panda_assets.testing.builder import (
     remove_field,
     update_field,
 )
+from p2panda_assets.tuning import DEFAULTS, PipelineTuning, tuning
 
 FIELD_NAMES = ["title", "count", "tags", "note"]
 TYPES = ["text", "varchar", "integer", "text[]", "boolean"]
@@ -158,3 +159,28 @@ def _add_hostile(draw: st.DrawFn, corpus: CorpusBuilder, authors: list[Author]) 
             corpus.pairs.append((fork.append(payload), payload))
     if draw(st.booleans()):  # duplicates
         corpus.pairs.append(draw(st.sampled_from(corpus.pairs)))
+
+
+# The plans the pipeline picks by size, each drawn both ways (0: never the small-data
+# plan; the default: these small corpora always take it). What each switches between:
+SIZE_SWITCHES = (
+    "verify_in_driver",  # verification in the driver or in Spark partitions
+    "broadcast_held",  # refused entries taken out by a broadcast or a shuffled join
+    "collect_chain_entries",  # logs chained collected to Spark's driver or in partitions
+    "collect_cascade_rows",  # a whole build's cascades settled collected or in Spark joins
+    "literal_keys",  # an increment's instances found by literals or by a join
+    "compact_batches",  # verified batches compacted at every whole index step, or never
+)
+
+
+def _tuned(driver_path: int, **switches: int) -> PipelineTuning:
+    return replace(
+        tuning(), driver_path_entries=driver_path, driver_path_messages=driver_path, **switches
+    )
+
+
+def tunings() -> st.SearchStrategy[PipelineTuning]:
+    """A tuning that sends a small corpus down either of each pair of paths: every
+    size switch both ways, and the driver path (pyarrow, no Spark job) on or off."""
+    switches = {name: st.sampled_from([0, getattr(DEFAULTS, name)]) for name in SIZE_SWITCHES}
+    return st.builds(_tuned, driver_path=st.sampled_from([-1, 1_000_000]), **switches)

@@ -49,7 +49,7 @@ from tests.pipeline.compare import (
     pg_tables,
 )
 from tests.pipeline.test_pipeline_matches_engine import empty_store
-from tests.strategies import corpora
+from tests.strategies import corpora, tunings
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
@@ -95,35 +95,9 @@ def test_two_runs_equal_the_engine_on_the_whole_corpus(spark, session_database, 
         first = [i < cut for i in range(len(pairs))]
     else:
         first = data.draw(st.lists(st.booleans(), min_size=len(pairs), max_size=len(pairs)))
-    # The instances the new messages name are found by a predicate of literals when
-    # few, by joins when many: both plans, on the same corpora.
-    literal_keys = data.draw(st.sampled_from([0, DEFAULTS.literal_keys]), label="literal keys")
-    # The entries the chain rules reject or hold are taken out of the accepted ones by a
-    # broadcast join when few, a shuffled one when many: both plans.
-    held = data.draw(st.sampled_from([0, DEFAULTS.broadcast_held]), label="broadcast held up to")
-    # Each index step that chains everything compacts the verified batches first, or
-    # (the default, on these small stores) never.
-    compact = data.draw(st.sampled_from([0, DEFAULTS.compact_batches]), label="compact above")
-    # A few entries are chained (appended) in the driver, more in Spark partitions.
-    in_driver = data.draw(
-        st.sampled_from([0, DEFAULTS.collect_chain_entries]), label="chain in driver"
-    )
-    # A whole build's cascades are settled in the driver or in Spark.
-    settled = data.draw(
-        st.sampled_from([0, DEFAULTS.collect_cascade_rows]), label="cascades in driver up to"
-    )
-    # An increment runs in Spark jobs or, when small, in the driver: both paths.
-    driver_path = data.draw(st.sampled_from([-1, 1_000_000]), label="driver path up to")
-    chosen = replace(
-        tuning(),
-        driver_path_entries=driver_path,
-        driver_path_messages=driver_path,
-        collect_cascade_rows=settled,
-        literal_keys=literal_keys,
-        broadcast_held=held,
-        compact_batches=compact,
-        collect_chain_entries=in_driver,
-    )
+    # Every plan chosen by size, both ways (`tests.strategies.tunings`), the increment's
+    # driver path among them.
+    chosen = data.draw(tunings(), label="tuning")
     with empty_store(session_database) as conn, tuned(chosen):
         ingest(conn, [p for p, early in zip(pairs, first, strict=True) if early])
         for schema_id in sorted(registered):
@@ -136,7 +110,7 @@ def test_two_runs_equal_the_engine_on_the_whole_corpus(spark, session_database, 
         event(f"the second index step appended: {bool(appended_layers(conn))}")
         # The path drawn is the path taken: these corpora are far below the driver path's
         # bound when it is on.
-        taken = BuildPath.DRIVER if driver_path > 0 else BuildPath.SPARK
+        taken = BuildPath.DRIVER if chosen.driver_path_entries > 0 else BuildPath.SPARK
         assert {o.path for o in outcomes if o.incremental} <= {taken}
         expected = reduce_corpus(pairs, registered)
         assert pg_tables(conn, sorted(registered)) == engine_tables(expected)

@@ -6,7 +6,6 @@ for value."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import psycopg
@@ -36,7 +35,7 @@ from p2panda_assets.store.ingest import ingest
 from p2panda_assets.store.pipeline_state import count_good_entries
 from p2panda_assets.store.registry import register
 from p2panda_assets.testing.builder import CorpusBuilder, create_field, instances
-from p2panda_assets.tuning import DEFAULTS, tuned, tuning
+from p2panda_assets.tuning import tuned
 from tests.pipeline.compare import (
     assert_stored_index_equals,
     engine_accounts,
@@ -46,7 +45,7 @@ from tests.pipeline.compare import (
     pg_deleted,
     pg_tables,
 )
-from tests.strategies import corpora
+from tests.strategies import corpora, tunings
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
@@ -89,34 +88,10 @@ def check_equal(
 def test_pipeline_tables_and_accounts_equal_the_engine(spark, session_database, corpus, data):
     schema_ids = sorted(reduce_corpus(corpus.pairs).histories)
     registered = {s for s in schema_ids if data.draw(st.booleans(), label=f"register {s[-3:]}")}
-    # Verification runs in the driver for small batches, in Spark partitions otherwise:
-    # both paths must give the same store.
-    in_spark = data.draw(st.booleans(), label="verify in Spark partitions")
-    # The entries the chain rules reject or hold are taken out of the accepted ones by a
-    # broadcast join when few, a shuffled one when many: both plans.
-    held = data.draw(st.sampled_from([0, DEFAULTS.broadcast_held]), label="broadcast held up to")
-    # A few entries are chained in the driver, more in Spark partitions: both paths.
-    in_driver = data.draw(
-        st.sampled_from([0, DEFAULTS.collect_chain_entries]), label="chain in driver"
-    )
-    # The cascades are settled in the driver when few instances take part, in Spark
-    # when many (0: in Spark unless none does).
-    settled = data.draw(
-        st.sampled_from([0, DEFAULTS.collect_cascade_rows]), label="cascades in driver up to"
-    )
-    # The index step runs in Spark jobs or, for few entries, in the driver with pyarrow
-    # (`pipeline.index.paths`): both paths.
-    driver_path = data.draw(st.sampled_from([-1, 1_000_000]), label="driver path up to")
-    chosen = replace(
-        tuning(),
-        driver_path_entries=driver_path,
-        driver_path_messages=driver_path,
-        verify_in_driver=0 if in_spark else DEFAULTS.verify_in_driver,
-        broadcast_held=held,
-        collect_chain_entries=in_driver,
-        collect_cascade_rows=settled,
-    )
-    taken = BuildPath.DRIVER if driver_path > 0 else BuildPath.SPARK
+    # Every plan chosen by size, both ways (`tests.strategies.tunings`): each must give
+    # the same store.
+    chosen = data.draw(tunings(), label="tuning")
+    taken = BuildPath.DRIVER if chosen.driver_path_entries > 0 else BuildPath.SPARK
     with tuned(chosen):
         check_equal(spark, session_database, corpus.pairs, registered, taken)
 
