@@ -186,7 +186,7 @@ def test_a_run_without_executors_fails_with_no_executors_and_the_next_run_procee
         "SPARK_MASTER": lonely_master,
         NO_EXECUTOR_TIMEOUT_ENV: str(NO_EXECUTOR_TIMEOUT),
         # The index step in Spark, as on a large store: its first job is the one that
-        # finds no executor (a small store's would run in the driver: `index_paths`).
+        # finds no executor (a small store's would run in the driver: `pipeline.index.paths`).
         **dict.fromkeys(DRIVER_PATH_ENVS, "-1"),
     }
     env.pop("DAGSTER_HOME", None)

@@ -2,7 +2,7 @@
 (`build_whole`, the whole builds that others cascade from first: `build_first`), or by
 adding what is new (`build_increments`). The instance logs of every schema to build are
 reduced together, one Spark group per log, by the engine's `reduce_instance_log` (an
-increment's, in Spark or in the driver: `increment_paths`); the cascades are settled over
+increment's, in Spark or in the driver: `pipeline.build.paths`); the cascades are settled over
 all of them (`pipeline.build.cascades`: upstream schemas built earlier contribute their stored
 deleted sets); `pipeline.build.writing` stages and swaps what they make."""
 
@@ -116,7 +116,7 @@ def build_increments(
     instances new messages name, and the rows a delete among them, or among
     `deleted_anew` (by the whole builds before), may reach, are reduced again together
     for all schemas, in Spark or, for a small increment, in the driver
-    (`increment_paths`), and replace their old rows, accounts and deleted ids, schema
+    (`pipeline.build.paths`), and replace their old rows, accounts and deleted ids, schema
     by schema. The outcomes of the schemas that must be built whole after all come back."""
     conn, catalog = ctx.conn, ctx.catalog
     by_id = {o.schema_id: o for o in outcomes}

@@ -6,7 +6,7 @@ Every rule is the Spark path's own: each log is reduced by `reduce.reduce_rows`,
 accounts and deleted sets come from `reduce.accounts_of` and `deleted_of`, and the
 rows are written by `copy.copy_batches`, the writer each Spark partition runs. What
 differs is only how rows are found and grouped: a filtered read of the chained layers
-(`local_store`) and `pyarrow.compute` in place of Spark's scans, filters and joins, and
+(`arrow_io`) and `pyarrow.compute` in place of Spark's scans, filters and joins, and
 a sort in place of its shuffle. `tests/pipeline/test_incremental_matches_engine.py`
 holds both paths to `reduce_corpus`.
 """

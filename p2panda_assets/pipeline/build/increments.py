@@ -154,7 +154,7 @@ class BuildPlan:
     table), which of them are incremental (schema -> batch its table holds), and which
     are built whole before the increments (`first`; the others after them), how many
     new messages the increments add, and how many messages their schemas hold in all
-    (what sizes their path, `increment_paths`)."""
+    (what sizes their path, `pipeline.build.paths`)."""
 
     states: dict[str, BuildState]
     increments: dict[str, int]

@@ -4,7 +4,7 @@ make; `building.build_increments` does that through one of these:
 
 - `SparkSteps`: Spark jobs over the chained layers, the path of large increments;
 - `DriverSteps`: the same rules in the process that runs the build, with pyarrow
-  (`local_increments`), for an increment of at most `arrow_io.driver_path_messages()`
+  (`pipeline.build.driver_path`), for an increment of at most `arrow_io.driver_path_messages()`
   new messages to schemas of at most `arrow_io.driver_path_entries()` messages: no Spark
   job's fixed cost for the few messages a published entry brings.
 
@@ -126,7 +126,7 @@ class SparkSteps:
 
 
 class DriverSteps:
-    """The increment in the driver (`local_increments`): no Spark job."""
+    """The increment in the driver (`pipeline.build.driver_path`): no Spark job."""
 
     path = BuildPath.DRIVER
 

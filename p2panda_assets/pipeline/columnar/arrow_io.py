@@ -128,7 +128,7 @@ def scan(dataset: ds.Dataset, columns: list[str], filter: ds.Expression) -> pa.T
     """The rows of `dataset` that `filter` keeps, of `columns`. pyarrow decodes every
     row of the files it reads before the filter drops most: a scan of a million messages
     with their payloads grows this process by ~0.5 GB (bench/pipeline.py at 1M), which is
-    why an increment takes the driver path only over few messages (`increment_paths`)."""
+    why an increment takes the driver path only over few messages (`pipeline.build.paths`)."""
     return dataset.to_table(columns=columns, filter=filter)
 
 

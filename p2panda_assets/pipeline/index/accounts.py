@@ -1,7 +1,7 @@
 """The accounts the index step decides beyond the chain rules' own: each schema log
 entry's (the catalog's), and those of the logs no schema build will reduce (pending, or
 an author's duplicate log for a schema). Both paths of the index step
-(`index_paths`) make them from these."""
+(`pipeline.index.paths`) make them from these."""
 
 from __future__ import annotations
 

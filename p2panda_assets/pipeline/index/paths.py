@@ -3,7 +3,7 @@ reads, chains, writes and accounts for, through one of these.
 
 - `SparkIndexSteps`: Spark jobs over the verified batches, for many entries;
 - `DriverIndexSteps`: the same rules in the process that runs the step, with pyarrow
-  (`local_index`), when the entries to chain are at most
+  (`pipeline.index.driver_path`), when the entries to chain are at most
   `arrow_io.driver_path_entries()` and pyarrow can open the warehouse. A published
   entry's run then launches no Spark job to index it.
 
@@ -233,7 +233,7 @@ PENDING_DDL = (
 
 
 class DriverIndexSteps:
-    """The index step in this process (`local_index`): no Spark job."""
+    """The index step in this process (`pipeline.index.driver_path`): no Spark job."""
 
     path = BuildPath.DRIVER
 
