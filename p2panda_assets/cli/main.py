@@ -11,7 +11,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from p2panda_assets.cli import (
     api_role_cmd,
@@ -85,7 +85,12 @@ _active: list[Options] = []  # the commands running in this process (`demo` runs
 class PandaParser(argparse.ArgumentParser):
     """argparse's parser, whose usage errors (a missing or unknown argument) are one
     `error: bad-usage: ...` line like every other error: argparse would print its usage
-    and exit 2. Subcommands' parsers are of this class too (argparse makes them so)."""
+    and exit 2. Subcommands' parsers are of this class too (argparse makes them so).
+    No flag is taken by a prefix (`--verbos` for `--verbose`): a typo is an error, and a
+    flag added later cannot change what an abbreviation meant (issue 56)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **{**kwargs, "allow_abbrev": False})
 
     def error(self, message: str) -> NoReturn:
         raise P2pandaError(Reason.BAD_USAGE, f"{self.prog}: {message} (--help lists the arguments)")

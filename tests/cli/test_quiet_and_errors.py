@@ -195,6 +195,8 @@ def test_the_help_opens_with_what_the_tool_does(capsys) -> None:
         (["no-such-command"], "panda: argument COMMAND: invalid choice: 'no-such-command'"),
         (["register", "abc"], "panda register: the following arguments are required: LOG_ID"),
         (["ingest", "a.jsonl", "--no-such-flag"], "panda: unrecognized arguments: --no-such"),
+        (["status", "--verbos"], "panda: unrecognized arguments: --verbos"),  # no prefixes
+        (["--debu", "status"], "panda: unrecognized arguments: --debu"),
     ],
 )
 def test_a_command_line_panda_does_not_take_is_one_error_line(
