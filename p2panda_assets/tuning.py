@@ -105,7 +105,7 @@ def _parsed(values: tuple[str, ...]) -> PipelineTuning:
             continue
         kind = kinds[name]
         try:
-            given[name] = kind(value) if kind is not str else value
+            given[name] = kind(value)
         except ValueError:
             what = "a whole number" if kind is int else "a number"
             raise P2pandaError(Reason.BAD_INPUT, f"{env}={value!r} is not {what}") from None

@@ -104,7 +104,7 @@ def tune() -> Iterator[Callable[..., PipelineTuning]]:
     with ExitStack() as stack:
 
         def put_in_force(**changes: object) -> PipelineTuning:
-            return stack.enter_context(tuned(replace(tuning(), **changes)))  # type: ignore[arg-type]
+            return stack.enter_context(tuned(replace(tuning(), **changes)))
 
         yield put_in_force
 

@@ -18,8 +18,6 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from p2panda_assets.engine.corpus import Catalog
-from p2panda_assets.engine.relations import BuildOrder
 from p2panda_assets.pipeline.columnar.layers import read_layers
 from p2panda_assets.pipeline.columnar.warehouse import Warehouse
 from p2panda_assets.pipeline.index.accounts import schema_account_rows, waiting_logs
@@ -86,13 +84,9 @@ def store(spark: SparkSession, session_database: str) -> Iterator[Store]:
         yield Store(conn, session_database, warehouse, pipeline_state(conn), entries)
 
 
-def as_rows(frame: DataFrame | pa.Table | list[tuple[object, ...]] | None) -> list[Row]:
-    """A handle of either path as rows, in one order: Spark frames and Arrow tables by
-    their columns (u64 decimals as ints), the driver's account tuples by position."""
-    if frame is None:
-        return []
-    if isinstance(frame, list):
-        return sorted(({str(i): v for i, v in enumerate(row)} for row in frame), key=repr)
+def as_rows(frame: DataFrame | pa.Table) -> list[Row]:
+    """A frame of either path as rows, in one order, by their columns (u64 decimals as
+    ints)."""
     table = frame.toArrow() if isinstance(frame, DataFrame) else frame
     rows = (row for batch in table.to_batches() for row in python_rows(batch))
     return sorted(rows, key=lambda row: repr(sorted(row.items())))
@@ -115,8 +109,6 @@ class Walk:
     rows: list[Row] | None
     chained: Any
     found: Any
-    catalog: Catalog
-    order: BuildOrder
     plan: LogPlan
     accepted: Any
     pending: Any
@@ -138,9 +130,7 @@ def walk(steps: IndexSteps, store: Store, spark_jobs: bool) -> Walk:
     pending = steps.pending(accepted, waiting_logs(plan))
     accounts = steps.accounts(chained, pending, schema_account_rows(catalog))
     run = steps.write(accepted, plan, found.unexplained, False)
-    return Walk(
-        verified, rows, chained, found, catalog, order, plan, accepted, pending, accounts, run
-    )
+    return Walk(verified, rows, chained, found, plan, accepted, pending, accounts, run)
 
 
 @pytest.fixture(scope="module")

@@ -255,8 +255,8 @@ def _index(
     )
 
 
-# Appending stops at `max_layers` layers (12): the next step chains everything into one run.
-# ... and when more than this share of the verified entries is new.
+# Appending stops when more than this share of the verified entries is new, and at
+# `PipelineTuning.max_layers` layers (12): the next step chains everything into one run.
 APPEND_SHARE = 0.5
 # Below this many verified entries (`P2PANDA_APPEND_MIN_ENTRIES`) chaining everything is
 # as fast as appending (bench/pipeline.py at 100k: 3.5 s either way), and every layer
