@@ -25,16 +25,16 @@ import psycopg
 from psycopg import sql
 
 from p2panda_assets.errors import P2pandaError, Reason
-from p2panda_assets.store.staging import (
-    sweep_stages,
-)
+from p2panda_assets.store.staging import sweep_stages
 from p2panda_assets.tuning import ENVIRONMENT, tuning
 
 RUN_SETTING = "p2panda.run_id"  # session settings a connection is labelled with
 SCHEMA_SETTING = "p2panda.schema_id"
+PIPELINE_LOCK = 0x70326E64  # one verification / index step at a time, across processes
+LOCK_WAIT_ENV = ENVIRONMENT["lock_wait_seconds"]
+# A waiting run says how it goes every `lock_progress_seconds` (15 s by default): a person
+# waiting sees it move; a 600 s wait is 40 lines, not 600.
 PROGRESS_ENV = ENVIRONMENT["lock_progress_seconds"]
-# A line every 15 s (the default): a person waiting sees it move; a 600 s wait is 40
-# lines, not 600.
 CONNECT_TIMEOUT = 10  # seconds: a thread that reports must not hang on a database gone
 
 
@@ -194,12 +194,6 @@ def waiting_aloud(
     finally:
         done.set()
         teller.join()
-
-
-PIPELINE_LOCK = 0x70326E64  # one verification / index step at a time, across processes
-
-
-LOCK_WAIT_ENV = ENVIRONMENT["lock_wait_seconds"]
 
 
 def hold_pipeline_lock(conn: psycopg.Connection) -> None:
