@@ -44,7 +44,7 @@ class PipelineTuning:
     # The columnar store.
     warehouse: str = ""  # empty: $P2PANDA_HOME/warehouse
     append_min_entries: int = 100_000  # below this, an index step chains the whole store
-    max_layers: int = 12  # chained layers kept before an index step chains everything
+    max_layers: int = 12  # chained layers kept before an index step merges the newest
     compact_batches: int = 64  # verified batches kept before they are compacted
     # The driver path (pyarrow, no Spark job) and rows collected to Spark's driver.
     driver_path_entries: int = 100_000  # -1: never

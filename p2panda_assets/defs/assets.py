@@ -104,6 +104,8 @@ def raw_entries(
             # Where the index step ran: Spark jobs, or the driver path for few entries
             # (pipeline.index.paths); none when nothing was new.
             "index_path": str(result.path) if result.path is not None else "none",
+            # Why this step chained every log again instead of appending; "" if it did not.
+            "index_chained_all_because": result.chained_all or "",
         }
     )
 

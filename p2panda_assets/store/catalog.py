@@ -38,10 +38,14 @@ def registered_schemas(conn: psycopg.Connection) -> set[str]:
 
 def stored_catalog(conn: psycopg.Connection, cut: dict[str, int] | None = None) -> Catalog:
     """The catalog as of the last index step (schema logs as the logs table lists them)."""
-    keys = [
+    return load_catalog(conn, schema_logs(conn), registered_schemas(conn), cut)
+
+
+def schema_logs(conn: psycopg.Connection) -> list[LogKey]:
+    """The schema logs the logs table lists (by its partial index `logs_schema_logs`)."""
+    return [
         (bytes(author), int(log_id))
         for author, log_id in conn.execute(
             "SELECT author, log_id FROM p2panda.logs WHERE is_schema"
         )
     ]
-    return load_catalog(conn, keys, registered_schemas(conn), cut)

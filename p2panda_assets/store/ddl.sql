@@ -80,6 +80,8 @@ CREATE TABLE IF NOT EXISTS p2panda.logs (
     PRIMARY KEY (author, log_id)
 );
 CREATE INDEX IF NOT EXISTS logs_schema ON p2panda.logs (schema_id);
+-- The schema logs, read by every index step that appends (`store.catalog.schema_logs`).
+CREATE INDEX IF NOT EXISTS logs_schema_logs ON p2panda.logs (author, log_id) WHERE is_schema;
 CREATE INDEX IF NOT EXISTS accounts_schema ON p2panda.accounts (schema_id, state);
 -- The accounts of the index step's stages (verify, chain, schema, pending): few beside the
 -- instances' accounts, which are almost every row, and each index step replaces them by

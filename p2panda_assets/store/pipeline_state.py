@@ -11,7 +11,7 @@ entries not verified yet are read by `new_entries.py`, staging tables made by
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 import psycopg
@@ -121,12 +121,15 @@ def replace_logs(conn: psycopg.Connection, logs: Iterable[Sequence[object]]) -> 
         logs_sql.copy_logs(conn, logs)
 
 
-def stored_logs(conn: psycopg.Connection) -> list[tuple[object, ...]]:
-    """Every logs row (`LOG_COLUMNS`)."""
-    statement = sql.SQL("SELECT {} FROM p2panda.logs").format(
-        sql.SQL(", ").join(map(sql.Identifier, LOG_COLUMNS))
-    )
-    return conn.execute(statement).fetchall()
+def stored_logs(
+    conn: psycopg.Connection, authors: Collection[bytes] | None = None
+) -> list[tuple[object, ...]]:
+    """Every logs row (`LOG_COLUMNS`), or those of `authors`' logs (by the primary key)."""
+    columns = sql.SQL(", ").join(map(sql.Identifier, LOG_COLUMNS))
+    if authors is None:
+        return conn.execute(sql.SQL("SELECT {} FROM p2panda.logs").format(columns)).fetchall()
+    statement = sql.SQL("SELECT {} FROM p2panda.logs WHERE author = ANY(%s)").format(columns)
+    return conn.execute(statement, (list(authors),)).fetchall()
 
 
 LogPosition = tuple[bytes, int, int]  # author, log id, seq num
@@ -212,6 +215,24 @@ def commit_appended(
         index_state_sql.record_index_state(conn, fingerprint, batch)
 
 
+def commit_merged_layers(
+    conn: psycopg.Connection, chained_deltas: Sequence[str], sums: dict[str, LayerSums]
+) -> None:
+    """Point the reduction at `chained_deltas` on top of the same first run, where one
+    of them holds the messages of several layers merged (`pipeline.index.layer_merge`):
+    the same messages, so nothing else the index decided changes. The merged layer's
+    `sums` are kept in the same transaction, and those of the layers it replaces
+    forgotten."""
+    with conn.transaction():
+        conn.execute(
+            "UPDATE p2panda.pipeline_state SET chained_deltas = %s WHERE id = 1",
+            (list(chained_deltas),),
+        )
+        row = conn.execute("SELECT chained_run FROM p2panda.pipeline_state").fetchone()
+        assert row is not None
+        keep_layer_digests(conn, sums, [row[0], *chained_deltas])
+
+
 def _settle_accounts(conn: psycopg.Connection, accounts: Stage) -> None:
     """The staged index accounts in; early rejections attributed to their log's schema."""
     accounts_sql.add_index_accounts(conn, accounts.identifier)
@@ -271,6 +292,18 @@ def fingerprint_bound(fingerprint: str) -> int | None:
     head = fingerprint.split(";", 1)[0]
     name, _, value = head.partition("=")
     return int(value) if name == "through" and value.isdigit() else None
+
+
+def registered_since_indexed(conn: psycopg.Connection, fingerprint: str) -> bool:
+    """Whether the schemas registered when `fingerprint` was taken differ from those of
+    the last index step (or there was none)."""
+    indexed = indexed_fingerprint(conn)
+    return indexed is None or _registered(indexed) != _registered(fingerprint)
+
+
+def _registered(fingerprint: str) -> str:
+    """The part of a fingerprint (`FINGERPRINT`) that sums up the schemas registered."""
+    return fingerprint.rpartition(";schemas=")[2]
 
 
 def indexed_fingerprint(conn: psycopg.Connection) -> str | None:

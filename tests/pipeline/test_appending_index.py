@@ -37,10 +37,13 @@ def notes() -> tuple[CorpusBuilder, SchemaAuthor]:
     return corpus, schema
 
 
-def run_parts(spark, url: str, corpus: CorpusBuilder, parts: list[list[int]], registered):
+def run_parts(
+    spark, url: str, corpus: CorpusBuilder, parts: list[list[int]], registered, firsts=None
+):
     """Ingest the corpus's pairs part by part (indexes into `corpus.pairs`), a run after
     each; the tables and accounts must equal the engine's after every run. Returns the
-    number of appended layers after each run."""
+    number of appended layers after each run (and adds the first run's name after each
+    to `firsts`, if given)."""
     layers = []
     with empty_store(url) as conn:
         for schema_id in registered:
@@ -54,6 +57,8 @@ def run_parts(spark, url: str, corpus: CorpusBuilder, parts: list[list[int]], re
             assert pg_tables(conn, sorted(registered)) == engine_tables(expected)
             assert pg_accounts(conn) == engine_accounts(expected)
             layers.append(len(appended_layers(conn)))
+            if firsts is not None:
+                firsts.append(state_sql.pipeline_state(conn).chained_run)
     return layers
 
 
@@ -78,6 +83,25 @@ def test_many_layers_are_chained_into_one_run_again(spark, session_database, tun
     n = len(corpus.pairs)
     parts = [list(range(n - 3)), [n - 3], [n - 2], [n - 1]]
     assert run_parts(spark, session_database, corpus, parts, [schema.schema_id]) == [0, 1, 0, 1]
+
+
+def test_at_the_layer_limit_the_smallest_layers_merge_and_the_first_run_stays(
+    spark, session_database, tune
+):
+    """Three layers at most: from the fourth run on, each appending step first merges the
+    two smallest layers above the first run (`layer_merge`), and never chains every log
+    again; the tables still equal the engine's after every run."""
+    tune(max_layers=3)
+    corpus, schema = notes()
+    log = instances(corpus.author(2), 1)
+    for title in "abcdefgh":
+        log.create(schema.ref(), title=title)
+    n = len(corpus.pairs)
+    parts = [list(range(n - 5)), [n - 5], [n - 4], [n - 3], [n - 2], [n - 1]]
+    firsts: list[str] = []
+    layers = run_parts(spark, session_database, corpus, parts, [schema.schema_id], firsts)
+    assert layers == [0, 1, 2, 2, 2, 2]
+    assert len(set(firsts)) == 1  # the first run, chained by the first step, stays
 
 
 def test_a_gap_filled_later_chains_every_log_again(spark, session_database):
@@ -146,6 +170,30 @@ def test_each_layer_is_summed_by_the_index_step_that_writes_it(spark, session_da
         assert len(index.layers) == 3  # the last two steps appended
 
 
+@pytest.mark.parametrize("driver_path", [True, False])
+def test_a_merged_layer_keeps_the_sums_of_what_it_holds(spark, session_database, tune, driver_path):
+    """The sums kept of a merged layer (`digests.merged_sums`) equal what `layer_sums`
+    adds up from its files in Spark, whichever path merged it (`IndexSteps.merge`)."""
+    tune(max_layers=3, driver_path_entries=1_000 if driver_path else -1)
+    corpus, schema = notes()
+    log = instances(corpus.author(2), 1)
+    for title in "abcde":
+        log.create(schema.ref(), title=title)
+    instances(corpus.author(6), 1).raw(b"\xff")  # names no schema: the `-` partition
+    n = len(corpus.pairs)
+    with empty_store(session_database) as conn:
+        register(conn, *parse_schema_id(schema.schema_id), None)
+        for part in (range(n - 4), [n - 4], [n - 3], [n - 2], [n - 1]):
+            ingest(conn, [corpus.pairs[i] for i in part])
+            index = run_index(spark, conn, session_database)
+        assert len(index.layers) == 3
+        kept = state_sql.layer_digests(conn, index.layers)
+        conn.execute("DELETE FROM p2panda.layer_digests")
+        summed = layer_sums(spark, conn, index.warehouse, index.layers)
+        assert sorted(r for layer in index.layers for r in kept[layer]) == sorted(summed)
+        assert sum(count for *_, count, _ in summed) == n  # every entry, the schema log's too
+
+
 @pytest.mark.parametrize("steps", [SparkIndexSteps, DriverIndexSteps])
 def test_a_forged_entry_at_a_tips_seq_is_told_apart_by_the_layers(
     spark, session_database, monkeypatch, steps
@@ -174,3 +222,52 @@ def test_a_forged_entry_at_a_tips_seq_is_told_apart_by_the_layers(
     parts = [list(range(n - 2)), [n, n - 2, n - 1]]
     assert run_parts(spark, session_database, corpus, parts, [schema.schema_id]) == [0, 1]
     assert read_from_layers == [(corpus.author(2).key_pair.public_key, 1, 2)]
+
+
+def test_an_append_reads_the_logs_of_the_authors_it_touches(spark, session_database, monkeypatch):
+    """An instance entry: only its author's logs are read from the logs table (the plan
+    of a log depends on the catalog and its author's other logs). A new schema version
+    may change what was decided of any log: then every log is read. The tables equal the
+    engine's either way (`run_parts`)."""
+    corpus, schema = notes()
+    mary, bob = instances(corpus.author(2), 1), instances(corpus.author(3), 1)
+    mary.create(schema.ref(), title="a")
+    bob.create(schema.ref(), title="b")
+    first = len(corpus.pairs)
+    mary.create(schema.ref(), title="c")
+    second = len(corpus.pairs)
+    schema.migrate(create_field("body", "text", default=""))
+    read: list[object] = []
+    stored_logs = state_sql.stored_logs
+
+    def spying(conn, authors=None):
+        read.append(None if authors is None else sorted(authors))
+        return stored_logs(conn, authors)
+
+    monkeypatch.setattr(state_sql, "stored_logs", spying)
+    parts = [list(range(first)), list(range(first, second)), list(range(second, len(corpus.pairs)))]
+    assert run_parts(spark, session_database, corpus, parts, [schema.schema_id]) == [0, 1, 2]
+    mary_key = corpus.author(2).key_pair.public_key
+    schema_owner = corpus.author(1).key_pair.public_key
+    assert read == [[mary_key], [schema_owner], None]
+
+
+def test_an_index_step_that_chains_every_log_again_says_why(spark, session_database):
+    """The step's result names the rule that stopped the append (what the raw entries'
+    materialization shows as `index_chained_all_because`); an append names none."""
+    corpus, schema = notes()
+    log = instances(corpus.author(2), 1)
+    for title in "abcde":
+        log.create(schema.ref(), title=title)
+    n = len(corpus.pairs)
+    with empty_store(session_database) as conn:
+        register(conn, *parse_schema_id(schema.schema_id), None)
+        reasons = []
+        for part in ([i for i in range(n - 1) if i != n - 3], [n - 3], [n - 1]):
+            ingest(conn, [corpus.pairs[i] for i in part])
+            reasons.append(run_index(spark, conn, session_database).chained_all)
+    assert reasons == [
+        "no chained layer to append to",
+        "a log with a gap, a fork or no settled schema gets an entry",
+        None,  # the log is whole again: appended
+    ]

@@ -223,3 +223,19 @@ def test_the_accepted_entry_at_a_position_is_the_same(
     driver_found = DriverIndexSteps(store.warehouse).accepted_at(layers, positions)
     assert sorted(spark_found) == sorted(driver_found)
     assert len(driver_found) == len(positions) - 1
+
+
+def test_merged_layers_hold_the_same_messages(
+    spark: SparkSession, store: Store, walks: dict[str, Walk]
+) -> None:
+    layers = [store.warehouse.chained(w.run) for w in walks.values()]
+    merged = {
+        "spark": SparkIndexSteps(spark, store.warehouse).merge(layers),
+        "driver": DriverIndexSteps(store.warehouse).merge(layers),
+    }
+    read = {
+        path: read_layers(spark, [store.warehouse.chained(run)]) for path, run in merged.items()
+    }
+    assert as_rows(read["spark"]) == as_rows(read["driver"])
+    both = read_layers(spark, layers)
+    assert both is not None and as_rows(read["driver"]) == as_rows(both)

@@ -88,10 +88,15 @@ def read_schema_layers(spark: SparkSession, paths: list[str]) -> DataFrame | Non
 def decoded_paths(spark: SparkSession, conn: psycopg.Connection, schema_id: str) -> list[str]:
     """Where the index steps wrote the schema's decoded messages (one directory per
     layer that holds some), from the progress row alone, without folding the catalog."""
+    return list(decoded_layers(spark, conn, schema_id).values())
+
+
+def decoded_layers(spark: SparkSession, conn: psycopg.Connection, schema_id: str) -> dict[str, str]:
+    """`decoded_paths` by the name of their layer, oldest first."""
     state = state_sql.pipeline_state(conn)
     warehouse = Warehouse(warehouse_root(), state.warehouse_token)
-    paths = [warehouse.chained_schema(run, schema_id) for run in state.layers]
-    return [path for path in paths if exists(spark, path)]
+    paths = {run: warehouse.chained_schema(run, schema_id) for run in state.layers}
+    return {run: path for run, path in paths.items() if exists(spark, path)}
 
 
 def keep_chained(spark: SparkSession, warehouse: Warehouse, keep: set[str]) -> None:
@@ -164,4 +169,14 @@ def write_chained(
     decoded = decoded.select(*DECODED_COLUMNS, "schema")
     run = secrets.token_hex(6)
     decoded.write.mode("overwrite").partitionBy("schema").parquet(warehouse.chained(run))
+    return run
+
+
+def merge_chained(spark: SparkSession, layers: Sequence[str], warehouse: Warehouse) -> str:
+    """The messages of the chained `layers` (their roots) as one new chained run of
+    `warehouse`, in the same `schema=` partitions (`layer_merge`); its name."""
+    merged = read_layers(spark, list(layers))
+    assert merged is not None  # layers is not empty
+    run = secrets.token_hex(6)
+    merged.write.mode("overwrite").partitionBy("schema").parquet(warehouse.chained(run))
     return run

@@ -145,6 +145,13 @@ def write_chained_locally(decoded: pa.Table, root: str) -> None:
     )
 
 
+def read_layers_locally(layers: Sequence[str]) -> pa.Table:
+    """Every message of the chained `layers` (their roots), with its `schema`."""
+    dataset = layers_dataset(layers)
+    assert dataset is not None  # layers is not empty
+    return dataset.to_table()
+
+
 def remove_locally(path: str) -> None:
     """Remove the directory `path`, if it is there."""
     filesystem, directory = layer_filesystem(path)

@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 
 from p2panda_assets.engine.corpus import LogKey
 from p2panda_assets.pipeline.columnar.arrow_io import driver_path_entries, readable
-from p2panda_assets.pipeline.columnar.layers import read_layers, write_chained
+from p2panda_assets.pipeline.columnar.layers import merge_chained, read_layers, write_chained
 from p2panda_assets.pipeline.columnar.warehouse import Warehouse, remove
 from p2panda_assets.pipeline.index import chaining
 from p2panda_assets.pipeline.index.accounts import ACCOUNT_ARROW, decimal_log_ids, pending_group
@@ -45,6 +45,7 @@ from p2panda_assets.pipeline.index.driver_path import (
     chain_rows,
     count_new_verified,
     decoded_locally,
+    read_layers_locally,
     read_verified_locally,
     remove_locally,
     rows_of,
@@ -93,6 +94,11 @@ class IndexSteps(Protocol):
 
     def write(self, accepted: Frame, plan: LogPlan, unexplained: int, few: bool) -> str:
         """The accepted entries as a new chained run of the warehouse; its name."""
+        ...
+
+    def merge(self, layers: Sequence[str]) -> str:
+        """The messages of the chained `layers` (their roots) as one new chained run of
+        the warehouse, by the same `schema=` partitions; its name."""
         ...
 
     def accounts(self, chained: Frame, pending: Frame | None, schema_rows: list[Any]) -> Frame:
@@ -164,6 +170,9 @@ class SparkIndexSteps:
 
     def write(self, accepted: Frame, plan: LogPlan, unexplained: int, few: bool) -> str:
         return write_chained(self._spark, accepted, plan, self._warehouse, unexplained, few)
+
+    def merge(self, layers: Sequence[str]) -> str:
+        return merge_chained(self._spark, layers, self._warehouse)
 
     def accounts(self, chained: Frame, pending: Frame | None, schema_rows: list[Any]) -> Frame:
         chain = chained.filter(F.col("row_type") == "account").select(
@@ -266,6 +275,11 @@ class DriverIndexSteps:
         write_chained_locally(
             decoded_locally(accepted, plan, unexplained), self._warehouse.chained(run)
         )
+        return run
+
+    def merge(self, layers: Sequence[str]) -> str:
+        run = secrets.token_hex(6)
+        write_chained_locally(read_layers_locally(layers), self._warehouse.chained(run))
         return run
 
     def accounts(self, chained: Frame, pending: Frame | None, schema_rows: list[Any]) -> Frame:

@@ -13,20 +13,23 @@ the schema logs are folded from the store (`store.catalog.load_catalog`).
 
 Both kinds of step run one sequence (`_index`) and differ by what they continue and how
 they commit (`Whole`, `Appended`). Most runs *append* (`_append_index` decides whether they
-may): only the new batches are read, each log they touch
-is continued from its tip (`protocol.log.LogTip`), and the new messages are written as a
-layer on top of the chained runs before. A run chains every log again, in one new run,
-when appending would not give what chaining everything gives: a log that is not all
-accepted (a gap, a fork) or whose schema is not settled gets a new entry, an entry lands
-at or before its log's tip, or the decision on any log already indexed changes (a schema
-arrived or was registered); and when that is cheaper: a small store, over half of it
-new, or many layers.
+may): only the new batches are read, each log they touch is continued from its tip
+(`protocol.log.LogTip`), only the logs of the authors they touch are planned again
+(`_every_log_when_the_catalog_may_change` says when all are), and the new messages are
+written as a layer on top of the chained runs before. A run chains every log again, in
+one new run, when appending would not give what chaining everything gives: a log that is
+not all accepted (a gap, a fork) or whose schema is not settled gets a new entry, an
+entry lands at or before its log's tip, or the decision on any log already indexed
+changes (a schema arrived or was registered); and when that is cheaper: a small store, or
+over half of it new. At `PipelineTuning.max_layers` layers, an appending step first
+merges the smallest layers into one (`layer_merge`), never the first run: what it costs
+depends on what was appended, not on the store.
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import cast
@@ -44,6 +47,7 @@ from p2panda_assets.failpoints import Failpoint, failpoint
 from p2panda_assets.pipeline.columnar.layers import keep_chained, keep_layer_sums, read_layers
 from p2panda_assets.pipeline.columnar.warehouse import Warehouse
 from p2panda_assets.pipeline.index.accounts import schema_account_rows, waiting_logs
+from p2panda_assets.pipeline.index.layer_merge import merge_small_layers
 from p2panda_assets.pipeline.index.log_plan import (
     LogPlan,
     decided_columns,
@@ -57,14 +61,19 @@ from p2panda_assets.pipeline.index.verify import (
     verify_new_entries,
 )
 from p2panda_assets.pipeline.kernels.batches import Row
-from p2panda_assets.pipeline.kernels.chain import ref_from_columns
+from p2panda_assets.pipeline.kernels.chain import ChainedLogs, ref_from_columns
 from p2panda_assets.pipeline.spark.jvm_failures import jvm_failures_explained
 from p2panda_assets.pipeline.spark.session import sized_for_the_store
 from p2panda_assets.pipeline.spark.watchdog import watched
 from p2panda_assets.protocol.log import LogTip, anchors_for
 from p2panda_assets.statuses import BuildPath
 from p2panda_assets.store import pipeline_state as state_sql
-from p2panda_assets.store.catalog import load_catalog, registered_schemas, stored_catalog
+from p2panda_assets.store.catalog import (
+    load_catalog,
+    registered_schemas,
+    schema_logs,
+    stored_catalog,
+)
 from p2panda_assets.store.pipeline_lock import hold_pipeline_lock, release_pipeline_lock
 from p2panda_assets.store.staging import Stage, drop_tables, stage_table
 from p2panda_assets.tuning import ENVIRONMENT, tuned, tuning
@@ -82,6 +91,7 @@ class IndexResult:
     up_to_date: bool = False  # nothing changed since the last index step
     batch: int = 0  # the newest verified batch the chained messages hold
     path: BuildPath | None = None  # where the step ran; None: nothing to index
+    chained_all: str | None = None  # why the step chained every log again; None: it did not
 
     def decoded(self, spark: SparkSession) -> DataFrame | None:
         """Every chained message of the store (None before the first entry)."""
@@ -141,14 +151,15 @@ def _run_index(
         )
         return IndexResult(verified, 0, catalog, catalog.order(), warehouse, (), fingerprint)
     result = _append_index(spark, conn, url, warehouse, state, fingerprint, good)
-    if result is None:  # chain every log again, into one new run
+    if isinstance(result, str):  # chain every log again, into one new run
+        why = result
         state = compact_verified(spark, conn, warehouse, state)
         steps = index_steps(spark, warehouse, good)
         every = steps.verified(state)
         held = steps.rows(every, good)
         whole = _index(conn, url, steps, Whole(warehouse, state, fingerprint), every, held)
-        assert whole is not None  # nothing indexed before to contradict: it always indexes
-        result = whole
+        assert not isinstance(whole, str)  # nothing indexed before to contradict
+        result = replace(whole, chained_all=why)
     keep_chained(spark, warehouse, {*result.layers, *state.layers})
     return replace(result, verified=verified)
 
@@ -183,7 +194,11 @@ class Whole:
 @dataclass(frozen=True, slots=True)
 class Appended(Whole):
     """An index step that continues the logs the new batches touch from their tips
-    (`stored`, `tips`) and adds a layer on top of the store's (none if no log grew)."""
+    (`tips`) and adds a layer on top of the store's (none if no log grew). `stored`:
+    what was decided of every log of the authors the new entries touch; of every log
+    of the store once `everyone` (`_every_log_when_the_catalog_may_change`)."""
+
+    everyone: bool = False
 
     def writes(self, logs: Mapping[LogKey, tuple[LogSummary, tuple[object, ...]]]) -> bool:
         """No layer without a message to hold (`_grew`)."""
@@ -208,28 +223,31 @@ def _index(
     how: Whole,
     new: Frame,
     held: list[Row] | None,
-) -> IndexResult | None:
+) -> IndexResult | str:
     """The index step's one sequence, whole or appended (`how`): chain the `new`
     verified entries (from the logs' tips when appending), fold the schema logs, plan
     every log, write the accepted messages as a layer, and commit the logs, the accounts
-    and the layers in one transaction. None when appending would change what the index
-    decided of a log already indexed: only chaining every log again is exact then.
+    and the layers in one transaction. Why not, when appending would change what the
+    index decided of a log already indexed: only chaining every log again is exact then.
     `held`: the new entries as rows, if the driver holds them."""
     chained = steps.chain(new, held, dict(how.tips))
     try:
         found = steps.found(chained)
+        how = _every_log_when_the_catalog_may_change(conn, how, found)
         logs: dict[LogKey, tuple[LogSummary, tuple[object, ...]]] = {}
         for key, (summary, tip) in found.logs.items():
             before = how.stored.get(key)
             logs[key] = (summary if before is None else before.summary, tip)
         summaries = {key: old.summary for key, old in how.stored.items()}
         summaries.update({key: summary for key, (summary, _) in logs.items()})
-        schema_keys = [key for key, summary in summaries.items() if summary.is_schema]
-        catalog = load_catalog(conn, schema_keys, registered_schemas(conn))
+        schema_keys = {key for key, summary in summaries.items() if summary.is_schema}
+        if isinstance(how, Appended) and not how.everyone:
+            schema_keys.update(schema_logs(conn))  # the same catalog as the last step's
+        catalog = load_catalog(conn, sorted(schema_keys), registered_schemas(conn))
         order = catalog.order()
         plan = plan_logs(summaries, catalog, order)
         if any(decided_columns(plan[key]) != old.decided for key, old in how.stored.items()):
-            return None
+            return "what was decided of an indexed log changes (a schema arrived or was registered)"
         accepted = steps.accepted(new, chained, found.held)
         run: str | None = None
         if how.writes(logs):
@@ -242,9 +260,10 @@ def _index(
             keep_layer_sums(conn, run, layers, plan, found.sums)
     finally:
         steps.release(chained)
+    everyone = not isinstance(how, Appended) or how.everyone
     return IndexResult(
         0,
-        len(summaries),
+        len(summaries) if everyone else state_sql.count_logs(conn),
         catalog,
         order,
         how.warehouse,
@@ -255,8 +274,8 @@ def _index(
     )
 
 
-# Appending stops when more than this share of the verified entries is new, and at
-# `PipelineTuning.max_layers` layers (12): the next step chains everything into one run.
+# Appending stops when more than this share of the verified entries is new: the step
+# chains everything into one run.
 APPEND_SHARE = 0.5
 # Below this many verified entries (`P2PANDA_APPEND_MIN_ENTRIES`) chaining everything is
 # as fast as appending (bench/pipeline.py at 100k: 3.5 s either way), and every layer
@@ -276,9 +295,31 @@ class StoredLog:
     clean: bool
 
 
-def _stored_logs(conn: psycopg.Connection) -> dict[LogKey, StoredLog]:
+def _every_log_when_the_catalog_may_change(
+    conn: psycopg.Connection, how: Whole, found: ChainedLogs
+) -> Whole:
+    """`how`, holding what was decided of every log of the store if the catalog may
+    differ from the last step's: a schema log has new entries, or the schemas registered
+    changed. Only then can what was decided of a log the new entries do not touch
+    change; otherwise a log's plan depends on the catalog and on its author's other
+    logs alone (`Catalog.assign`), and an append reads the logs of the authors it
+    touches, not a row per log of the store."""
+    if not isinstance(how, Appended) or how.everyone:
+        return how
+    schema_log_grew = any(summary.is_schema for summary, _ in found.logs.values()) or any(
+        how.stored[key].summary.is_schema for key in found.logs if key in how.stored
+    )
+    if schema_log_grew or state_sql.registered_since_indexed(conn, how.fingerprint):
+        return replace(how, stored=_stored_logs(conn), everyone=True)
+    return how
+
+
+def _stored_logs(
+    conn: psycopg.Connection, authors: Collection[bytes] | None = None
+) -> dict[LogKey, StoredLog]:
+    """What was decided of every log (of `authors`' logs, if given)."""
     logs: dict[LogKey, StoredLog] = {}
-    for row in state_sql.stored_logs(conn):
+    for row in state_sql.stored_logs(conn, authors):
         author, log_id, is_schema, ref_id, ref_version, ref_hash = row[:6]
         ref = ref_from_columns(
             cast(str | None, ref_id),
@@ -304,18 +345,18 @@ def _append_index(
     state: state_sql.PipelineState,
     fingerprint: str,
     good: int,
-) -> IndexResult | None:
+) -> IndexResult | str:
     """Continue the logs the new batches touch, from their tips, and write their new
-    messages as one more layer; None when only chaining every log again is exact (see
-    the module's docstring), or cheaper. `good`: the verified entries of the store."""
+    messages as one more layer; or why not, when only chaining every log again is exact
+    (see the module's docstring), or cheaper. `good`: the verified entries of the store."""
     settings = tuning()
     since = state_sql.indexed_batch(conn)
-    if since is None or not state.layers or len(state.layers) >= settings.max_layers:
-        return None
+    if since is None or not state.layers:
+        return "no chained layer to append to"
     if since < state.compacted_through:  # the new batches' own directories are gone
-        return None
+        return "the new batches were compacted"
     if good < settings.append_min_entries:
-        return None
+        return f"a small store (under {settings.append_min_entries:,} verified entries)"
     steps = index_steps(spark, warehouse, None, since, state.batch)
     new = steps.verified(state, since)
     held = steps.rows(new)
@@ -328,12 +369,15 @@ def _append_index(
         seqs = steps.seqs(new)
     new_entries = sum(map(len, seqs.values()))
     if new_entries > APPEND_SHARE * good:
-        return None
-    stored = _stored_logs(conn)
+        return "over half of the store is new"
+    stored = _stored_logs(conn, {author for author, _ in seqs})
     tips = _tips(steps, conn, warehouse, state.layers, stored, seqs)
-    if tips is None:
-        return None
-    how = Appended(warehouse, state, fingerprint, stored, tips)
+    if isinstance(tips, str):
+        return tips
+    merged = merge_small_layers(spark, conn, warehouse, state, settings.max_layers)
+    if merged is None:
+        return f"{len(state.layers)} layers, which cannot be merged"
+    how = Appended(warehouse, merged, fingerprint, stored, tips)
     return _index(conn, url, steps, how, new, held)
 
 
@@ -358,9 +402,9 @@ def _tips(
     layers: tuple[str, ...],
     stored: dict[LogKey, StoredLog],
     seqs: dict[LogKey, list[int]],
-) -> dict[LogKey, LogTip] | None:
+) -> dict[LogKey, LogTip] | str:
     """The tip of every indexed log the new entries touch, with the hashes they may link
-    to; None if one of them cannot be continued.
+    to; or why one of them cannot be continued.
 
     Each of those hashes is an accepted entry's (the log is clean up to its tip), and
     the entry store keeps every entry: where it holds one entry at a position, that is
@@ -374,9 +418,9 @@ def _tips(
         if old is None:
             continue  # a new log: chained from its start
         if not (old.clean and old.tip_seq is not None and old.summary.settled):
-            return None
+            return "a log with a gap, a fork or no settled schema gets an entry"
         if min(new_seqs) <= old.tip_seq:
-            return None
+            return "an entry lands at or before its log's tip"
         needed[key] = (old, anchors_for(old.tip_seq, new_seqs))
     wanted = [(author, log_id, n) for (author, log_id), (_, ns) in needed.items() for n in ns]
     hashes: dict[LogKey, dict[int, bytes]] = {}
@@ -394,7 +438,7 @@ def _tips(
     for key, (old, anchored) in needed.items():
         found_hashes = hashes.get(key, {})
         if set(found_hashes) != anchored:
-            return None  # the layers lack an accepted entry: chain everything again
+            return "the layers lack an entry a new one links to"
         assert old.tip_seq is not None
         tips[key] = LogTip(old.tip_seq, old.tip_ended, found_hashes)
     return tips

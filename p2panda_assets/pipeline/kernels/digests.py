@@ -25,9 +25,26 @@ def sums_of_layer(logs: Iterable[tuple[str, bool, LogSums]]) -> LayerSums:
     """A layer's `layer_sums` from the sums of the logs it holds, each with the schema
     partition its messages go to and whether the log is assigned to it: what the index
     step that writes the layer keeps, so no build sums it again in Spark."""
-    totals: dict[tuple[str, bool, int], tuple[int, int]] = {}
+    totals: dict[tuple[str | None, bool, int], tuple[int, int]] = {}
     for schema, assigned, by_batch in logs:
         for batch, (count, bits) in by_batch.items():
             before = totals.get((schema, assigned, batch), (0, 0))
             totals[(schema, assigned, batch)] = (before[0] + count, before[1] + bits)
-    return [(s, a, b, count, bits) for (s, a, b), (count, bits) in sorted(totals.items())]
+    return _rows(totals)
+
+
+def merged_sums(layers: Iterable[LayerSums]) -> LayerSums:
+    """The `layer_sums` of one layer that holds the messages of `layers`: their rows
+    added up by schema partition, assignment and batch (what merging them keeps)."""
+    totals: dict[tuple[str | None, bool, int], tuple[int, int]] = {}
+    for sums in layers:
+        for schema, assigned, batch, count, bits in sums:
+            before = totals.get((schema, assigned, batch), (0, 0))
+            totals[(schema, assigned, batch)] = (before[0] + count, before[1] + bits)
+    return _rows(totals)
+
+
+def _rows(totals: dict[tuple[str | None, bool, int], tuple[int, int]]) -> LayerSums:
+    """The totals as `LayerSums` rows, in the order of their keys."""
+    ordered = sorted(totals.items(), key=lambda item: (item[0][0] or "", *item[0][1:]))
+    return [(s, a, b, count, bits) for (s, a, b), (count, bits) in ordered]
