@@ -17,7 +17,7 @@ built from the same index and report it. Each partition's own run reports its ow
 outcome: built, pending (with its reason) or failed.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import dagster as dg
 import psycopg
@@ -33,7 +33,7 @@ from p2panda_assets.engine.relations import BuildOrder
 from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.pipeline.build.columns import pg_type
 from p2panda_assets.pipeline.columnar.arrow_io import LocalReadUnavailable, kinds_counted, say_once
-from p2panda_assets.pipeline.columnar.layers import decoded_paths, read_schema_layers
+from p2panda_assets.pipeline.columnar.layers import decoded_layers, read_schema_layers
 from p2panda_assets.pipeline.index.step import last_index, run_index
 from p2panda_assets.pipeline.materialize import materialize_schemas
 from p2panda_assets.pipeline.spark.watchdog import watched
@@ -117,9 +117,18 @@ class Decoded:
     schema_id: str
     name: str  # the schema's shown name (its id if it has none)
     paths: list[str]  # one directory per chained layer holding some; none: no messages
+    layers: tuple[str, ...]  # the names of those layers, in the order of `paths`
 
     def frame(self, spark: SparkSession) -> DataFrame | None:
         return read_schema_layers(spark, self.paths)
+
+    def without(self, layers: set[str]) -> "Decoded":
+        """The messages of the other layers only."""
+        kept = [(layer, path) for layer, path in zip(self.layers, self.paths, strict=True)]
+        kept = [(layer, path) for layer, path in kept if layer not in layers]
+        return replace(
+            self, paths=[path for _, path in kept], layers=tuple(layer for layer, _ in kept)
+        )
 
 
 def decoded_of(partition_key: str, pyspark: PySparkResource, postgres: PostgresResource) -> Decoded:
@@ -127,9 +136,9 @@ def decoded_of(partition_key: str, pyspark: PySparkResource, postgres: PostgresR
     spark = pyspark.spark_session
     with postgres.connect() as conn:
         schema_id = registered_partition(conn, partition_key)
-        paths = decoded_paths(spark, conn, schema_id)
+        layers = decoded_layers(spark, conn, schema_id)
         name = shown_name_of(conn, schema_id) or schema_id
-    return Decoded(schema_id, name, paths)
+    return Decoded(schema_id, name, list(layers.values()), tuple(layers))
 
 
 @dg.asset(partitions_def=schemas, group_name=GROUP, deps=[raw_entries], kinds={"spark", "parquet"})

@@ -209,6 +209,14 @@ CREATE TABLE IF NOT EXISTS p2panda.layer_digests (
     sums  jsonb NOT NULL
 );
 
+-- The chained layers whose schema partition passed the blocking decoded-messages check
+-- (store/checked_layers.py): a check reads only the layers it has not passed yet.
+CREATE TABLE IF NOT EXISTS p2panda.checked_layers (
+    schema_id text NOT NULL,
+    layer     text NOT NULL,
+    PRIMARY KEY (schema_id, layer)
+);
+
 -- Who holds the pipeline lock (store/pipeline_lock.py): the session that takes it writes
 -- its run and schema here, and what its Spark work is doing as it goes; a session waiting
 -- for the lock reads it to say what it waits for. A row whose session no longer holds the

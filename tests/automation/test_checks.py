@@ -27,6 +27,7 @@ from p2panda_assets.defs.checks import (
 )
 from p2panda_assets.defs.resources import PostgresResource
 from p2panda_assets.pipeline.spark.session import spark_config
+from p2panda_assets.store.checked_layers import checked_layers, forget_checked_layers
 from p2panda_assets.store.database import DATABASE_URL_ENV, connect, ensure_schema
 from p2panda_assets.store.registry import table_name_for
 from p2panda_assets.store.views import create_views, drop_views
@@ -163,7 +164,10 @@ def local_decoded_path(url: str, schema_id: str) -> Path:
 
 @contextmanager
 def tampered_parquet(store: Store, schema_id: str, tamper) -> Iterator[None]:
-    """The decoded Parquet rewritten by `tamper(table) -> table`, restored afterwards."""
+    """The decoded Parquet rewritten by `tamper(table) -> table`, as a layer the check
+    has not passed yet (it reads no other), restored afterwards."""
+    with store.connect() as conn:
+        forget_checked_layers(conn, schema_id)
     path = local_decoded_path(store.url, schema_id)
     saved = path.with_name(path.name + ".saved")
     shutil.copytree(path, saved)
@@ -188,6 +192,25 @@ def test_the_decoded_parquet_is_written_as_it_is_read(store: Store) -> None:
     assert [(f.name, f.dataType) for f in written.schema.fields] == [
         (f.name, f.dataType) for f in DECODED_SPARK.fields
     ]
+
+
+def test_the_decoded_check_reads_only_layers_it_has_not_passed(store: Store) -> None:
+    """Layers never change once written: after a pass, the check reads none of them
+    again, until its record is gone (or new layers come)."""
+    again = store.run_check(decoded_messages_match_their_model, store.mail)
+    assert again.passed
+    assert again.metadata["layers_read"].value == 0
+    assert again.metadata["layers_passed_before"].value == 1
+    with store.connect() as conn:
+        forget_checked_layers(conn, store.mail)
+    fresh = store.run_check(decoded_messages_match_their_model, store.mail)
+    assert fresh.passed
+    assert fresh.metadata["layers_read"].value == 1
+    assert fresh.metadata["rows"].value == 6  # the schema log's 3 entries and 3 letters
+    with store.connect() as conn:
+        assert checked_layers(conn, store.mail) == {
+            local_decoded_path(store.url, store.mail).parent.name
+        }
 
 
 def _replace(table: pa.Table, column: str, values: list) -> pa.Table:
