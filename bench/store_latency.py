@@ -1,0 +1,197 @@
+"""Live latency on a store of real size: single entries arriving at a deployment whose
+store already holds the bench corpus (bench/pipeline.py: 20 schemas, 1,000 authors), with
+nothing but the Dagster daemon running.
+
+The corpus (`--entries`, the same cached file as bench/pipeline.py's) is split as its
+`--incremental` does: the newest entry of `--samples` + 1 instance logs, taken round robin
+over the logs so they spread over the schemas, arrive later; the rest is the store. The
+store is ingested, its 20 schemas registered and built by `panda materialize` (in a
+process of its own, as a user would), then the daemon starts. The first arriving entry
+warms the resident worker up (its Spark session starts) and is reported apart; then each
+sample is ingested alone on an idle deployment and timed until the pipeline accounted it
+and, where it was applied as a create or an update, its instance's row carries it
+(`_entry`). With every sample: the run's phases (bench/latency.py's `phases`) and the
+chained layers the store holds after it, so a sample that crossed the layer limit
+(`PipelineTuning.max_layers`) shows.
+
+    .venv/bin/python bench/store_latency.py [--entries 1000000] [--samples 24]
+
+The last line printed is JSON: `median_latency_s`, `p95_latency_s`, `max_latency_s`, the
+samples with their phases and layers, and how the store was built.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from latency import ROOT, DaemonScenario, percentile, phases, scenario  # bench/, beside this
+from pipeline import generate, schema_corpus, split_for_increment
+from psycopg import sql
+
+from p2panda_assets.jsonlines import parse_line, read_entry_lines
+from p2panda_assets.protocol.entry import decode_entry
+from p2panda_assets.protocol.message_index import indexed_message
+from p2panda_assets.store.database import connect, ensure_schema
+from p2panda_assets.store.ingest import ingest
+from p2panda_assets.store.registry import register, table_identifier, table_name_for
+
+LOG_ID_BASE = 100  # bench/pipeline.py: schema i's instances are in log 100 + i
+
+
+def arriving(path: Path) -> list[tuple[bytes, bytes, str]]:
+    """The held-back entries: (entry, payload, schema id of its log)."""
+    schema_ids = [s.schema_id for s in schema_corpus()[1]]
+    held = []
+    for text in path.read_text().splitlines():
+        entry, payload = parse_line(text)
+        assert payload is not None
+        held.append((entry, payload, schema_ids[decode_entry(entry).log_id - LOG_ID_BASE]))
+    return held
+
+
+def build_store(run: DaemonScenario, store: Path) -> dict[str, float]:
+    """Ingest the store, register the 20 schemas and build them with `panda materialize`;
+    the seconds of each."""
+    timings = {}
+    started = time.perf_counter()
+    with connect(run.url, autocommit=True) as conn, connect(run.url, autocommit=True) as spare:
+        ensure_schema(conn)
+        ingest(conn, read_entry_lines([store]), spare=spare)
+        timings["ingest_s"] = round(time.perf_counter() - started, 1)
+        for schema in schema_corpus()[1]:
+            author, log_id = schema.schema_id.rsplit("-", 1)
+            register(conn, bytes.fromhex(author), int(log_id), None)
+    started = time.perf_counter()
+    subprocess.run(
+        [str(Path(sys.executable).parent / "panda"), "materialize"],
+        cwd=ROOT,
+        check=True,
+        env=dict(os.environ, PYSPARK_PYTHON=sys.executable),
+    )
+    timings["materialize_s"] = round(time.perf_counter() - started, 1)
+    return timings
+
+
+def carried(run: DaemonScenario, entry_hash: bytes, payload: bytes, schema_id: str) -> bool:
+    """Whether the pipeline accounted the entry and its instance's row shows it: carries
+    it (`_entry`) after a create or an update applied, is gone after a delete."""
+    with connect(run.url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT state FROM p2panda.accounts WHERE hash = %s", (entry_hash,)
+        ).fetchone()
+        if row is None:
+            return False
+        if row[0] != "applied":
+            return True
+        kind, *_, instance = indexed_message(payload)[0]
+        table = table_identifier(table_name_for(schema_id))
+        if kind == "delete":
+            query = sql.SQL("SELECT count(*) = 0 FROM {} WHERE _instance_id = %s").format(table)
+            answer = conn.execute(query, (bytes(instance).hex(),)).fetchone()
+        else:
+            query = sql.SQL("SELECT count(*) > 0 FROM {} WHERE _entry = %s").format(table)
+            answer = conn.execute(query, (entry_hash.hex(),)).fetchone()
+        return bool(answer and answer[0])
+
+
+def index_step(ingested_at: float, schema_id: str) -> dict[str, str]:
+    """What the index step of the sample's run reported (the raw entries' materialization):
+    its path, and why it chained every log again, if it did."""
+    import dagster as dg
+
+    wanted = ("index_path", "index_chained_all_because")
+    with dg.DagsterInstance.get() as instance:
+        records = instance.get_run_records(
+            filters=dg.RunsFilter(tags={"dagster/partition": schema_id}), limit=20
+        )
+        records = [r for r in records if r.create_timestamp.timestamp() >= ingested_at]
+        if not records:
+            return {}
+        run_id = min(records, key=lambda r: r.create_timestamp).dagster_run.run_id
+        for event in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION):
+            materialization = event.asset_materialization
+            if materialization is not None and materialization.asset_key.path == ["raw_entries"]:
+                metadata = materialization.metadata
+                return {key: str(metadata[key].value) for key in wanted if key in metadata}
+    return {}
+
+
+def layers(run: DaemonScenario) -> int:
+    with connect(run.url, autocommit=True) as conn:
+        row = conn.execute("SELECT chained_deltas FROM p2panda.pipeline_state").fetchone()
+    return 1 + len(row[0]) if row else 0
+
+
+def one_sample(
+    run: DaemonScenario, entry: bytes, payload: bytes, schema_id: str, timeout: float
+) -> dict[str, object]:
+    """Ingest one entry on an idle deployment; seconds until it is carried."""
+    run.wait_until_idle(timeout)
+    entry_hash = decode_entry(entry).hash
+    with connect(run.url, autocommit=True) as conn:
+        wall, started = time.time(), time.perf_counter()
+        ingest(conn, [(entry, payload)])
+    while not carried(run, entry_hash, payload, schema_id):
+        if time.perf_counter() - started > timeout:
+            raise TimeoutError(f"entry {entry_hash.hex()} not carried after {timeout} s")
+        if run.daemon is not None and run.daemon.poll() is not None:
+            raise RuntimeError(
+                f"the daemon exited: {(run.home / 'daemon.log').read_text()[-2000:]}"
+            )
+        time.sleep(0.05)
+    seconds = time.perf_counter() - started
+    run.wait_until_idle(timeout)
+    return {
+        "seconds": round(seconds, 2),
+        "schema": schema_id[-3:],
+        "layers": layers(run),
+        "index": index_step(wall, schema_id),
+        "phases": phases(wall, schema_id),
+    }
+
+
+def measure(entries: int, samples: int, seed: int, workers: int) -> dict[str, object]:
+    path, _, _ = generate(entries, seed, workers)  # the cached corpus of bench/pipeline.py
+    store, later, _ = split_for_increment(path, samples + 1)
+    held = arriving(later)
+    with scenario() as run:
+        built = build_store(run, store)
+        print(f"store: {built}", flush=True)
+        run.start_daemon()
+        warm = one_sample(run, *held[0], timeout=900)
+        print(f"warm-up: {warm}", flush=True)
+        measured = []
+        for i, item in enumerate(held[1:]):
+            sample = one_sample(run, *item, timeout=900)
+            print(f"sample {i}: {sample}", flush=True)
+            measured.append(sample)
+    ordered = sorted(float(s["seconds"]) for s in measured)  # type: ignore[arg-type]
+    return {
+        "entries": entries,
+        "store": built,
+        "warm_up": warm,
+        "samples": measured,
+        "median_latency_s": round(ordered[len(ordered) // 2], 2),
+        "p95_latency_s": round(percentile(ordered, 0.95), 2),
+        "max_latency_s": round(ordered[-1], 2),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--entries", type=int, default=1_000_000)
+    parser.add_argument("--samples", type=int, default=24)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
+    args = parser.parse_args()
+    print(json.dumps(measure(args.entries, args.samples, args.seed, args.workers)))
+
+
+if __name__ == "__main__":
+    main()
