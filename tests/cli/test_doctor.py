@@ -1,17 +1,23 @@
 """Issue 56: `panda doctor` says, one line per check, whether the machine can run the
 pipeline (Java, the JDBC driver, PostgreSQL, Dagster's home, the warehouse, the Spark
-master) and how to fix what cannot. Nothing here starts Spark."""
+master) and how to fix what cannot; and every command that starts Spark looks for Java
+and the JDBC driver first, so a missing jar is one `error: setup:` line, not Spark's
+stack traces. Nothing here starts Spark."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import socket
+import subprocess
+import sys
 import zipfile
 from importlib import resources
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import psycopg
 import pytest
 
 from p2panda_assets.cli.main import main
@@ -25,9 +31,13 @@ from p2panda_assets.setup_checks import (
     warehouse,
 )
 from p2panda_assets.store.database import DATABASE_URL_ENV
+from p2panda_assets.store.registry import registered_schemas
 
+PANDA = Path(sys.executable).parent / "panda"
 NAMES = ("java", "jdbc driver", "postgresql", "dagster home", "warehouse", "spark master")
 LINE = re.compile(rf"(ok|problem) +({'|'.join(NAMES)}) +(.*)")
+SCHEMA_ID = f"{'ab' * 32}-1"
+NO_SERVER = "postgresql://nobody@127.0.0.1:1/none"  # were anything to connect: it fails
 
 
 def no_jar(path: Path) -> str:
@@ -170,3 +180,58 @@ def test_a_dagster_yaml_dagster_refuses_is_a_problem(dagster_yaml: Path) -> None
     assert not found.ok
     assert found.detail.startswith(f"Dagster refuses {dagster_yaml}: ")
     assert '"run_queues"' in found.detail
+
+
+# --- the preflight of the commands that start Spark -------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [("materialize",), ("materialize", "--as-of-version", "2", SCHEMA_ID), ("demo",)],
+)
+def test_a_missing_jdbc_driver_is_one_line_before_anything_starts(
+    tmp_path: Path, argv: tuple[str, ...]
+) -> None:
+    """The installed command, as a user runs it: one line, no trace of Java or Python,
+    and nothing started or written (not even the home)."""
+    home, missing = tmp_path / "home", tmp_path / "nowhere" / "postgresql.jar"
+    env = {
+        **os.environ,
+        "P2PANDA_HOME": str(home),
+        "P2PANDA_JDBC_JAR": str(missing),
+        DATABASE_URL_ENV: NO_SERVER,
+    }
+    done = subprocess.run([str(PANDA), *argv], capture_output=True, text=True, env=env)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == f"error: setup: {no_jar(missing)}\n"
+    assert not home.exists()
+
+
+def test_without_java_the_preflight_says_so(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "P2PANDA_HOME": str(tmp_path / "home"),
+        "JAVA_HOME": str(tmp_path / "no-jdk"),
+        DATABASE_URL_ENV: NO_SERVER,
+    }
+    done = subprocess.run([str(PANDA), "materialize"], capture_output=True, text=True, env=env)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        "error: setup: no java in $JAVA_HOME/bin or on PATH (set JAVA_HOME, or run scripts/setup)\n"
+    )
+
+
+@pytest.mark.postgres
+def test_ensure_looks_for_the_driver_before_it_registers_anything(
+    capsys: pytest.CaptureFixture[str],
+    conn: psycopg.Connection,
+    p2panda_home: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    missing = tmp_path / "nowhere" / "postgresql.jar"
+    monkeypatch.setenv("P2PANDA_JDBC_JAR", str(missing))
+    monkeypatch.setenv("DAGSTER_HOME", str(p2panda_home / "dagster"))
+    code = main(["ensure", SCHEMA_ID, "1"])
+    assert (code, *capsys.readouterr()) == (1, "", f"error: setup: {no_jar(missing)}\n")
+    assert registered_schemas(conn) == []
