@@ -110,8 +110,11 @@ def check(
 
 def ensure(schema: str, version: int, version_hash: str | None = None) -> CheckResult:
     """`check`, and if the table is missing or older, materialize it (through Dagster,
-    as `panda materialize` does) and check again. Never downgrades."""
+    as `panda materialize` does) and check again. Never downgrades. Before it registers
+    or builds anything, Java and the JDBC driver are looked for (`setup_checks.preflight`):
+    a version already there needs neither."""
     from p2panda_assets.defs.orchestration import add_partition, materialize, prepare_environment
+    from p2panda_assets.setup_checks import preflight
     from p2panda_assets.store.database import connect, ensure_schema
     from p2panda_assets.store.registry import register
 
@@ -121,11 +124,11 @@ def ensure(schema: str, version: int, version_hash: str | None = None) -> CheckR
         before = check(conn, schema, version, version_hash)
         if before.outcome not in (Presence.NOT_PRESENT, Presence.NEEDS_UPDATE):
             return before
-        schema_id = before.schema_id
+        schema_id = before.schema_id or _schema_id_or_none(schema)
         if schema_id is None:
-            schema_id = _schema_id_or_none(schema)
-            if schema_id is None:
-                return before  # a name nobody registered: nothing to build
+            return before  # a name nobody registered: nothing to build
+        preflight()
+        if before.schema_id is None:
             author, log_id = parse_schema_id(schema_id)
             register(conn, author, log_id, None)
             add_partition(schema_id)

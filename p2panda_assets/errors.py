@@ -91,6 +91,9 @@ class Reason(StrEnum):
     SCHEMA_EXISTS = "schema-exists"  # `panda schema NAME init` for a name already authored here
     UNKNOWN_SCHEMA = "unknown-schema"  # a command names a schema this home does not know
     DATABASE_UNAVAILABLE = "database-unavailable"  # the database cannot be started or reached
+    # This machine lacks what Spark needs (Java, the PostgreSQL JDBC driver): said before
+    # Spark starts, not as its Java stack trace (`setup_checks.preflight`; `panda doctor`).
+    SETUP = "setup"
     INTERNAL = "internal"  # a failure of the product itself (a bug, or a refused write)
     BUSY = "busy"  # another run holds the pipeline lock for too long
     # A run's Spark work that cannot finish: it fails, and frees the run queue and the

@@ -421,6 +421,11 @@ def revert_heading(before: Snapshot) -> str:
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    """The story, told; what Spark needs is looked for first (`setup_checks.preflight`),
+    not after the authors and the ingest have run."""
+    from p2panda_assets.setup_checks import preflight
+
+    preflight()
     story = ensure_home(p2panda_home()) / "demo" / "story.jsonl"
     story.parent.mkdir(exist_ok=True)
     story.unlink(missing_ok=True)  # the commands append: each run writes the story anew

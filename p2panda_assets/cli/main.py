@@ -17,6 +17,7 @@ from p2panda_assets.cli import (
     api_role_cmd,
     check_cmd,
     demo_cmd,
+    doctor_cmd,
     entry_cmd,
     key_cmd,
     materialize_cmd,
@@ -69,6 +70,7 @@ COMMANDS = (
     entry_cmd,
     server_cmd,
     api_role_cmd,
+    doctor_cmd,
     demo_cmd,
 )
 

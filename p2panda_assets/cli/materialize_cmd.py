@@ -32,9 +32,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_materialize(args: argparse.Namespace) -> int:
     """One line per schema on stdout (and one more if nothing was new, so no run was
     launched); one `error: <reason>: ...` line on stderr per schema whose build failed
-    (the others are built all the same), then exit 1."""
+    (the others are built all the same), then exit 1. Java and the JDBC driver are
+    looked for first, before the database and Spark start (`setup_checks.preflight`)."""
     from p2panda_assets.defs.orchestration import a_short_run
+    from p2panda_assets.setup_checks import preflight
 
+    preflight()
     with a_short_run():
         if args.as_of_version is not None:
             return run_as_of(args)

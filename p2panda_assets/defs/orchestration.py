@@ -38,11 +38,17 @@ AS_OF_JOB = "materialize_as_of_version"
 TABLE = dg.AssetKey("materialized_table")
 
 
+def dagster_home() -> Path:
+    """Dagster's home: `DAGSTER_HOME`, else `$P2PANDA_HOME/dagster`."""
+    return Path(os.environ.get("DAGSTER_HOME", str(p2panda_home() / "dagster")))
+
+
 def prepare_environment() -> str:
     """Start (or find) the database and point Dagster at it; returns the database URL."""
     url = database_url()
     os.environ.setdefault(DATABASE_URL_ENV, url)
-    home = Path(os.environ.setdefault("DAGSTER_HOME", str(p2panda_home() / "dagster")))
+    home = dagster_home()
+    os.environ.setdefault("DAGSTER_HOME", str(home))
     home.mkdir(parents=True, exist_ok=True)
     config = home / "dagster.yaml"
     if not config.exists():

@@ -48,14 +48,18 @@ def warm_up() -> None:
     """Import the definitions, start the Spark session and its Python workers before
     the first run needs them. A cluster that gives no executor (or a stuck warm-up) is
     said on stderr and the runs are served all the same: each then fails with the
-    reason (`watchdog.watched`) instead of waiting behind a worker that never serves."""
+    reason (`watchdog.watched`) instead of waiting behind a worker that never serves.
+    Without Java or the JDBC driver, that is said too (`setup_checks.preflight`), not
+    Spark's stack trace."""
     import p2panda_assets.definitions  # noqa: F401 - the import is the point
     from p2panda_assets.errors import P2pandaError
     from p2panda_assets.pipeline.spark import session as spark
     from p2panda_assets.pipeline.spark.watchdog import watched
+    from p2panda_assets.setup_checks import preflight
 
-    session = spark.build_session(spark.spark_config())
     try:
+        preflight()
+        session = spark.build_session(spark.spark_config())
         with watched(session):
             spark.warm_up(session)
     except P2pandaError as error:

@@ -27,9 +27,14 @@ _DDL_LOCK_KEY = 0x70327061_6E646101  # "p2panda" + 1, an arbitrary bigint
 _DDL_MARK = "p2panda ddl "  # + the DDL's sha256, as the comment on schema p2panda
 
 
+def external_url() -> str | None:
+    """`P2PANDA_DATABASE_URL`, the server used instead of the embedded one; None if unset."""
+    return os.environ.get(DATABASE_URL_ENV, "").strip() or None
+
+
 def database_url() -> str:
     """`P2PANDA_DATABASE_URL`, else the embedded server's URL (starting it if needed)."""
-    url = os.environ.get(DATABASE_URL_ENV, "").strip()
+    url = external_url()
     if url:
         return url
     from p2panda_assets.store.embedded import EmbeddedError, ensure_embedded
@@ -44,6 +49,17 @@ def connect(url: str | None = None, *, autocommit: bool = False) -> psycopg.Conn
     """A psycopg 3 connection to `url` (default: `database_url()`)."""
     try:
         return psycopg.connect(url or database_url(), autocommit=autocommit)
+    except psycopg.OperationalError as error:
+        raise P2pandaError(Reason.DATABASE_UNAVAILABLE, str(error).strip()) from None
+
+
+def server_version(url: str, timeout: int = 10) -> str:
+    """The version of the server at `url`, as it reports it at login (`panda doctor`): a
+    server that answers but refuses the login is `database-unavailable` too. The timeout
+    (seconds) bounds a server that takes the connection and never answers."""
+    try:
+        with psycopg.connect(url, autocommit=True, connect_timeout=timeout) as conn:
+            return conn.info.parameter_status("server_version") or "unknown"
     except psycopg.OperationalError as error:
         raise P2pandaError(Reason.DATABASE_UNAVAILABLE, str(error).strip()) from None
 
@@ -88,23 +104,8 @@ def jdbc_options(url: str) -> dict[str, str]:
     URL that reaches the server only through a Unix socket cannot be used: JDBC is TCP.
     """
     params = _parse(url)
-    host = params.get("host") or params.get("hostaddr", "")
-    if not host or any(part.startswith("/") or part.startswith("@") for part in host.split(",")):
-        raise P2pandaError(
-            Reason.BAD_INPUT,
-            "the database URL names no TCP host (a Unix socket cannot be used by Spark's "
-            "JDBC driver); give one, as in postgresql://user@host:5432/dbname",
-        )
     user = params.get("user") or getpass.getuser()
-    ports = (params.get("port") or str(DEFAULT_PORT)).split(",")
-    hosts = host.split(",")
-    if len(ports) == 1:
-        ports = ports * len(hosts)
-    if len(ports) != len(hosts):
-        raise P2pandaError(Reason.BAD_INPUT, "the database URL has more ports than hosts")
-    addresses = ",".join(
-        f"{_jdbc_host(h)}:{p or DEFAULT_PORT}" for h, p in zip(hosts, ports, strict=True)
-    )
+    addresses = ",".join(f"{_jdbc_host(host)}:{port}" for host, port in tcp_addresses(url))
     dbname = params.get("dbname") or user
     options = {
         "url": f"jdbc:postgresql://{addresses}/{quote(dbname, safe='')}",
@@ -115,6 +116,26 @@ def jdbc_options(url: str) -> dict[str, str]:
     if params.get("sslmode"):
         options["sslmode"] = params["sslmode"]
     return options
+
+
+def tcp_addresses(url: str) -> list[tuple[str, str]]:
+    """The hosts and ports a postgresql:// URL names (port 5432 where it is silent), as
+    Spark's JDBC driver reaches them: over TCP, so a Unix socket is `bad-input`."""
+    params = _parse(url)
+    host = params.get("host") or params.get("hostaddr", "")
+    if not host or any(part.startswith("/") or part.startswith("@") for part in host.split(",")):
+        raise P2pandaError(
+            Reason.BAD_INPUT,
+            "the database URL names no TCP host (a Unix socket cannot be used by Spark's "
+            "JDBC driver); give one, as in postgresql://user@host:5432/dbname",
+        )
+    ports = (params.get("port") or str(DEFAULT_PORT)).split(",")
+    hosts = host.split(",")
+    if len(ports) == 1:
+        ports = ports * len(hosts)
+    if len(ports) != len(hosts):
+        raise P2pandaError(Reason.BAD_INPUT, "the database URL has more ports than hosts")
+    return [(h, p or str(DEFAULT_PORT)) for h, p in zip(hosts, ports, strict=True)]
 
 
 def _parse(url: str) -> dict[str, str]:
