@@ -261,7 +261,8 @@ def materialized_table(
             )
         outcome = next(o for o in outcomes if o.schema_id == schema_id)
         if outcome.status is BuildStatus.UNCHANGED:
-            outcome = registry_outcome(conn, schema_id)
+            # The table as the run that built it left it; this run built nothing.
+            outcome = replace(registry_outcome(conn, schema_id), path=None, incremental=False)
         name = name_the_run(context, conn, schema_id, index.catalog)  # also a table-only run
         pending = outcome.status is BuildStatus.PENDING
         standing = pending and bool(outcome.table_name) and table_exists(conn, outcome.table_name)

@@ -229,6 +229,9 @@ def test_related_schemas_materialize_upstream_first_as_the_engine_reduces_them(
         assert table_rows(store, mail) == before
         assert latest_metadata(instance, "raw_entries", mail)["index_up_to_date"] is True
         assert latest_metadata(instance, "raw_entries", mail)["index_path"] == "none"
+        unchanged = latest_metadata(instance, "materialized_table", mail)
+        assert unchanged["status"] == "materialized"  # what the table is, built before
+        assert (unchanged["build_path"], unchanged["incremental"]) == ("none", False)
         paths = [
             m.metadata["index_path"].value
             for schema_id in relations.schema_ids
