@@ -1,14 +1,14 @@
 """Entries per second of the whole pipeline (ingest, index, materialize) against the
 signature-verification ceiling measured in the same run.
 
-The corpus: 20 schemas of four or five versions each (fields created, a type change
-with a default, a validation with a default, and on every odd schema a relation to the
-schema before it, half of them cascading), 1,000 authors each writing instance logs for
-five schemas: ~60% creates, ~30% updates, ~10% deletes, each naming a random existing
-version, so most messages migrate forward. Signing takes longer than the pipeline, so
-the corpus is generated once in parallel into a JSON-lines cache file (the format `panda
-ingest` reads) and reused by later runs with the same size and seed; generation is not
-part of the measured `seconds`.
+The corpus: 20 schemas of four or five versions each (fields created, a type change with
+a default, a validation with a default, and on every odd schema a relation to the schema
+before it, half of them cascading), 1,000 authors (`--authors N`: more authors, smaller
+logs) each writing instance logs for five schemas: ~60% creates, ~30% updates, ~10%
+deletes, each naming a random existing version, so most messages migrate forward.
+Signing takes longer than the pipeline, so the corpus is generated once in parallel into
+a JSON-lines cache file (the format `panda ingest` reads) and reused by later runs with
+the same size and seed; generation is not part of the measured `seconds`.
 
 `seconds` is ingest (the cache file through `store.ingest`) + registration +
 `run_pipeline`, on a fresh database: a new one on the server `P2PANDA_DATABASE_URL`
@@ -31,6 +31,7 @@ message names) is ingested and the pipeline runs again: `lens_change_seconds` an
 Spark's actions by the line of the package that started them (`bench/spark_events.py`).
 
     .venv/bin/python bench/pipeline.py [--entries 1000000] [--incremental 10000] [--seed 7]
+        [--authors 1000]
 """
 
 from __future__ import annotations
@@ -173,28 +174,34 @@ def author_entries(author_index: int, quota: int, seed: int) -> list[tuple[bytes
     return corpus.pairs
 
 
-def _generate_chunk(job: tuple[int, int, int, str]) -> int:
-    """Write the entries of authors [first, first + AUTHOR_CHUNK) to `path` (a worker)."""
-    first, instance_entries, seed, path = job
+def _generate_chunk(job: tuple[int, int, int, str, int]) -> int:
+    """Write the entries of authors [first, first + AUTHOR_CHUNK) of `authors` to `path`
+    (a worker)."""
+    first, instance_entries, seed, path, authors = job
     written = 0
     with open(path, "w") as out:
-        for author_index in range(first, min(first + AUTHOR_CHUNK, AUTHORS)):
-            quota = instance_entries // AUTHORS + (author_index < instance_entries % AUTHORS)
+        for author_index in range(first, min(first + AUTHOR_CHUNK, authors)):
+            quota = instance_entries // authors + (author_index < instance_entries % authors)
             for entry, payload in author_entries(author_index, quota, seed):
                 out.write(entry_line(entry, payload) + "\n")
                 written += 1
     return written
 
 
-def corpus_path(entries: int, seed: int) -> Path:
+def corpus_path(entries: int, seed: int, authors: int = AUTHORS) -> Path:
     cache = Path(os.environ.get("XDG_CACHE_HOME") or tempfile.gettempdir())
-    return cache / f"p2panda-bench-{entries}-{seed}-v{CORPUS_FORMAT}.jsonl"
+    written_by = "" if authors == AUTHORS else f"-a{authors}"
+    return cache / f"p2panda-bench-{entries}-{seed}{written_by}-v{CORPUS_FORMAT}.jsonl"
 
 
-def generate(entries: int, seed: int, workers: int) -> tuple[Path, float, bool]:
+def generate(
+    entries: int, seed: int, workers: int, authors: int = AUTHORS
+) -> tuple[Path, float, bool]:
     """The corpus file (generated unless cached), the seconds it took, and whether it
-    came from the cache. Written aside and renamed, so a cached file is always whole."""
-    path = corpus_path(entries, seed)
+    came from the cache. Written aside and renamed, so a cached file is always whole.
+    `authors`: how many write the instance logs (five schemas each, so a store of many
+    authors has many small logs)."""
+    path = corpus_path(entries, seed, authors)
     if path.exists():
         return path, 0.0, True
     started = time.perf_counter()
@@ -204,8 +211,8 @@ def generate(entries: int, seed: int, workers: int) -> tuple[Path, float, bool]:
     parts = Path(tempfile.mkdtemp(prefix="p2panda-bench-parts-", dir=path.parent))
     try:
         jobs = [
-            (first, instance_entries, seed, str(parts / f"{first:05d}.jsonl"))
-            for first in range(0, AUTHORS, AUTHOR_CHUNK)
+            (first, instance_entries, seed, str(parts / f"{first:07d}.jsonl"), authors)
+            for first in range(0, authors, AUTHOR_CHUNK)
         ]
         with multiprocessing.get_context("fork").Pool(workers) as pool:
             for _ in pool.imap_unordered(_generate_chunk, jobs):
@@ -528,7 +535,9 @@ def line(label: str, value: str) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, object]:
-    path, generation_s, cached = generate(args.entries + args.incremental, args.seed, args.workers)
+    path, generation_s, cached = generate(
+        args.entries + args.incremental, args.seed, args.workers, args.authors
+    )
     later: tuple[Path, Path] | None = None
     if args.incremental:
         path, instances, lens = split_for_increment(path, args.incremental)
@@ -707,6 +716,9 @@ def main() -> None:
         default=0,
         metavar="N",
         help="then ingest N more entries (newest of every log) and run again; then one migration",
+    )
+    parser.add_argument(
+        "--authors", type=int, default=AUTHORS, help="authors of the instance logs (5 logs each)"
     )
     parser.add_argument(
         "--workers", type=int, default=os.cpu_count() or 1, help="generation processes"

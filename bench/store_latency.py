@@ -14,7 +14,7 @@ and, where it was applied as a create or an update, its instance's row carries i
 chained layers the store holds after it, so a sample that crossed the layer limit
 (`PipelineTuning.max_layers`) shows.
 
-    .venv/bin/python bench/store_latency.py [--entries 1000000] [--samples 24]
+    .venv/bin/python bench/store_latency.py [--entries 1000000] [--samples 24] [--authors 1000]
 
 The last line printed is JSON: `median_latency_s`, `p95_latency_s`, `max_latency_s`, the
 samples with their phases and layers, and how the store was built.
@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from latency import ROOT, DaemonScenario, percentile, phases, scenario  # bench/, beside this
-from pipeline import generate, schema_corpus, split_for_increment
+from pipeline import AUTHORS, generate, schema_corpus, split_for_increment
 from psycopg import sql
 
 from p2panda_assets.jsonlines import parse_line, read_entry_lines
@@ -156,8 +156,8 @@ def one_sample(
     }
 
 
-def measure(entries: int, samples: int, seed: int, workers: int) -> dict[str, object]:
-    path, _, _ = generate(entries, seed, workers)  # the cached corpus of bench/pipeline.py
+def measure(entries: int, samples: int, seed: int, workers: int, authors: int) -> dict[str, object]:
+    path, _, _ = generate(entries, seed, workers, authors)  # bench/pipeline.py's, cached
     store, later, _ = split_for_increment(path, samples + 1)
     held = arriving(later)
     with scenario() as run:
@@ -174,6 +174,7 @@ def measure(entries: int, samples: int, seed: int, workers: int) -> dict[str, ob
     ordered = sorted(float(s["seconds"]) for s in measured)  # type: ignore[arg-type]
     return {
         "entries": entries,
+        "authors": authors,
         "store": built,
         "warm_up": warm,
         "samples": measured,
@@ -189,8 +190,10 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=24)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--authors", type=int, default=AUTHORS, help="of the instance logs")
     args = parser.parse_args()
-    print(json.dumps(measure(args.entries, args.samples, args.seed, args.workers)))
+    figures = measure(args.entries, args.samples, args.seed, args.workers, args.authors)
+    print(json.dumps(figures))
 
 
 if __name__ == "__main__":
