@@ -341,6 +341,15 @@ def count_good_entries(conn: psycopg.Connection) -> int:
     return int(row[0]) if row else 0
 
 
+def count_entry_logs(conn: psycopg.Connection) -> int:
+    """The logs the entry store holds entries of, indexed or not (the `entries_log`
+    index's distinct prefixes)."""
+    row = conn.execute(
+        "SELECT count(*) FROM (SELECT DISTINCT author, log_id FROM p2panda.entries) logs"
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
 def count_logs(conn: psycopg.Connection) -> int:
     row = conn.execute("SELECT count(*) FROM p2panda.logs").fetchone()
     return int(row[0]) if row else 0

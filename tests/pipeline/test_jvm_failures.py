@@ -14,7 +14,12 @@ from typing import Any
 import pytest
 from py4j.protocol import Py4JJavaError, Py4JNetworkError  # type: ignore[import-untyped]
 
-from p2panda_assets.pipeline.spark.jvm_failures import SPARK_OOM_EXIT, ran_out_of_memory
+from p2panda_assets.pipeline.spark.jvm_failures import (
+    SPARK_OOM_EXIT,
+    heap_bytes,
+    out_of_memory_message,
+    ran_out_of_memory,
+)
 
 
 @dataclass
@@ -76,3 +81,27 @@ def test_a_java_error_from_a_live_jvm_does_not_wait_for_its_exit() -> None:
     error = JavaError("org.apache.spark.sql.AnalysisException: column x not found")
     assert ran_out_of_memory(session(launcher), error) is False
     assert launcher.waited is False
+
+
+def test_out_of_memory_names_the_logs_when_the_index_steps_state_per_log_grew(tune) -> None:
+    """A store of many small logs (100,000 authors: ~500,000 logs) outgrows a 512m driver
+    in the index step, which holds a plan and a summary per log: the message names them
+    and a heap that holds them; a store of few logs gets the advice on tasks."""
+    tune(driver_memory="512m")
+    many = out_of_memory_message("local[2]", logs=500_000)
+    assert "the store's 500,000 logs" in many and "(~572 MiB)" in many
+    assert "P2PANDA_DRIVER_MEMORY=2304m or more" in many
+    assert "P2PANDA_ENTRIES_PER_PARTITION" not in many
+    few = out_of_memory_message("local[2]", logs=5_000)
+    assert "P2PANDA_ENTRIES_PER_PARTITION lower" in few and "logs" not in few
+    assert out_of_memory_message("local[2]") == few
+
+
+def test_heap_settings_are_read_as_the_jvm_reads_them() -> None:
+    assert [heap_bytes(m) for m in ("512m", "2g", "1024k", "4096", "1.5G")] == [
+        512 * 2**20,
+        2 * 2**30,
+        2**20,
+        4096,
+        int(1.5 * 2**30),
+    ]

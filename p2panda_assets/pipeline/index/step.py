@@ -32,6 +32,7 @@ import secrets
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
+from functools import partial
 from typing import cast
 
 import psycopg
@@ -103,7 +104,8 @@ def run_index(spark: SparkSession, conn: psycopg.Connection, url: str) -> IndexR
     nothing left to verify). Its Spark work is bounded (`watchdog.watched`), and a JVM
     that runs out of heap under it is named (`jvm_failures`). One tuning holds for the
     whole step: the one in force when it started."""
-    with tuned(tuning()), watched(spark, holder=conn), jvm_failures_explained(spark):
+    logs = partial(state_sql.count_entry_logs, conn)  # asked after an out-of-memory only
+    with tuned(tuning()), watched(spark, holder=conn), jvm_failures_explained(spark, logs):
         hold_pipeline_lock(conn)
         try:
             verified = verify_new_entries(spark, conn, url)

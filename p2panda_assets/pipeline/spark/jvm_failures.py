@@ -3,15 +3,15 @@
 Spark ends its JVM with exit code 52 when a task runs out of heap (`SparkExitCode.OOM`;
 on `local[*]` the tasks share the driver's JVM). py4j then only says that its connection
 was refused, and the run failed as `internal` with no hint of the heap. The exit code is
-the precise signal: the run fails with `out-of-memory`, naming the two settings that
-decide what a task holds. The tables stay as they were: a build swaps nothing before
-every stage is loaded, and its stages are dropped by the database connection, which
-outlives the JVM.
+the precise signal: the run fails with `out-of-memory`, naming what grew: a task's
+entries, or, on a store of many logs, the index step's state per log in the driver. The
+tables stay as they were: a build swaps nothing before every stage is loaded, and its
+stages are dropped by the database connection, which outlives the JVM.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from py4j.protocol import Py4JError, Py4JJavaError  # type: ignore[import-untyped]
@@ -44,13 +44,43 @@ def jvm_exit_code(spark: SparkSession, wait: float = EXIT_WAIT_SECONDS) -> int |
         return None
 
 
-def out_of_memory_message(master: str) -> str:
+# What the index step holds in the driver's JVM for each log of the store when it chains
+# them all (its plan, broadcast, ~0.7 KB, and its summary, collected, ~0.5 KB:
+# docs/scale.md), and the share of the heap past which that, not a task, is what grew.
+LOG_HEAP_BYTES = 1_200
+LOGS_SHARE_OF_HEAP = 0.25
+
+
+def out_of_memory_message(master: str, logs: int | None = None) -> str:
+    """What ran out and what to change: the driver's per-log state when the store's
+    `logs` take a large share of the heap (a store of many small logs), else a task's
+    entries."""
+    memory = driver_memory(master)
+    heap = heap_bytes(memory)
+    if logs is not None and logs * LOG_HEAP_BYTES > LOGS_SHARE_OF_HEAP * heap:
+        held = logs * LOG_HEAP_BYTES
+        wanted = -(-(heap + 3 * held) // 2**28) * 256  # MiB, rounded up to 256
+        return (
+            f"Spark's JVM ran out of heap ({DRIVER_MEMORY_ENV}={memory}) while the index "
+            f"step held a plan and a summary of each of the store's {logs:,} logs in the "
+            f"driver (~{held / 2**20:,.0f} MiB): set {DRIVER_MEMORY_ENV}={wanted}m or "
+            "more; the tables are kept as they were"
+        )
     return (
-        f"Spark's JVM ran out of heap ({DRIVER_MEMORY_ENV}={driver_memory(master)}) with up "
+        f"Spark's JVM ran out of heap ({DRIVER_MEMORY_ENV}={memory}) with up "
         f"to {entries_per_partition():,} entries a partition: set {ENTRIES_PER_PARTITION_ENV} "
         f"lower (more, smaller tasks), or {DRIVER_MEMORY_ENV} higher; the tables are kept "
         "as they were"
     )
+
+
+def heap_bytes(memory: str) -> int:
+    """A JVM memory setting (`512m`, `2g`, `1024k`, bytes) in bytes."""
+    units = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+    text = memory.strip().lower().removesuffix("b")
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(text)
 
 
 # What a job still running says when the JVM's shutdown hook stops its SparkContext: a
@@ -76,13 +106,18 @@ def ran_out_of_memory(spark: SparkSession, error: BaseException) -> bool:
 
 
 @contextmanager
-def jvm_failures_explained(spark: SparkSession) -> Iterator[None]:
+def jvm_failures_explained(
+    spark: SparkSession, logs: Callable[[], int] | None = None
+) -> Iterator[None]:
     """Run the block; if Spark's JVM ran out of heap under it, raise `out-of-memory`
-    instead of py4j's error. Any other failure passes unchanged."""
+    instead of py4j's error. Any other failure passes unchanged. `logs`: how many logs
+    the store holds, asked only after the heap ran out (the index step's driver state
+    grows with them)."""
     try:
         yield
     except (Py4JError, ConnectionError) as error:
         if ran_out_of_memory(spark, error):
-            message = out_of_memory_message(spark.sparkContext.master or spark_master())
+            master = spark.sparkContext.master or spark_master()
+            message = out_of_memory_message(master, None if logs is None else logs())
             raise P2pandaError(Reason.OUT_OF_MEMORY, message) from error
         raise
