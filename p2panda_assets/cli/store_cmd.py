@@ -167,8 +167,11 @@ def run_register(args: argparse.Namespace) -> int:
         registration = register_schema(conn, author, log_id, args.name)
         stored = log_is_stored(conn, author, log_id)
     from p2panda_assets.defs.orchestration import add_partition
+    from p2panda_assets.defs.partitions import partition_key
 
-    add_partition(registration.schema_id)
+    earlier = registration.earlier_registered_name
+    moved_from = None if registration.created else partition_key(earlier, registration.schema_id)
+    add_partition(registration.schema_id, moved_from)
     print(f"schema_id: {registration.schema_id}")
     print(f"table_name: {registration.table_name}")
     for line in name_lines(registration):

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import dagster as dg
 import psycopg
 import pytest
 
 from p2panda_assets.cli.main import main
+from p2panda_assets.defs.orchestration import shown_built_from
+from p2panda_assets.defs.partitions import BUILT_FROM, CARRIED_FROM, FAMILY, SCHEMAS
 from p2panda_assets.jsonlines import UTF8_BOM, entry_line
 from p2panda_assets.store.registry import qualified_name
 from p2panda_assets.testing.builder import CorpusBuilder
@@ -178,3 +181,35 @@ def test_a_rename_is_said_and_the_view_follows(capsys, conn: psycopg.Connection)
     assert code == 0 and len(out.splitlines()) == 2  # the same name: nothing to say
     assert conn.execute(VIEWS).fetchall() == [("mail",)]
     assert conn.execute("SELECT x FROM p2panda_api.mail").fetchall() == [("b",)]
+
+
+def test_a_renamed_schemas_partition_shows_its_last_build(
+    capsys, database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The partition moves to the new key with the latest materialization of each asset
+    under the old one (not Missing while the table is there), and `panda materialize`
+    finds it built from the same index, so launches no run for it."""
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+    author = "34" * 32
+    schema_id = f"{author}-2"
+    run(capsys, "register", author, "2", "--name", "letters")
+    with dg.DagsterInstance.get() as instance:
+        for asset in FAMILY:
+            instance.report_runless_asset_event(
+                dg.AssetMaterialization(
+                    asset, partition=f"letters.{schema_id}", metadata={BUILT_FROM: "index-1"}
+                )
+            )
+    assert run(capsys, "register", author, "2", "--name", "mail")[0] == 0
+    with dg.DagsterInstance.get() as instance:
+        partitions = instance.get_dynamic_partitions(SCHEMAS)
+        assert f"mail.{schema_id}" in partitions and f"letters.{schema_id}" not in partitions
+        for asset in FAMILY:
+            [record] = instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=asset, asset_partitions=[f"mail.{schema_id}"]),
+                limit=5,
+            ).records
+            metadata = record.asset_materialization.metadata
+            assert metadata[CARRIED_FROM].value == f"letters.{schema_id}"
+            assert metadata["schema_name"].value == "mail"
+        assert shown_built_from(instance, schema_id, f"mail.{schema_id}") == "index-1"
