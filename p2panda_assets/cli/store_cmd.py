@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import psycopg
 
     from p2panda_assets.store.ingest import Conflict, IngestCounts, Item
-    from p2panda_assets.store.registry import StatusRow, StoreTotals
+    from p2panda_assets.store.registry import Registration, StatusRow, StoreTotals
 
 CLEAR_LINE = "\r\033[K"  # back to the start of the line, and erase it
 STATUS_COLUMNS = (
@@ -167,13 +167,33 @@ def run_register(args: argparse.Namespace) -> int:
         registration = register_schema(conn, author, log_id, args.name)
         stored = log_is_stored(conn, author, log_id)
     from p2panda_assets.defs.orchestration import add_partition
+    from p2panda_assets.defs.partitions import partition_key
 
-    add_partition(registration.schema_id)
+    earlier = registration.earlier_registered_name
+    moved_from = None if registration.created else partition_key(earlier, registration.schema_id)
+    add_partition(registration.schema_id, moved_from)
     print(f"schema_id: {registration.schema_id}")
     print(f"table_name: {registration.table_name}")
+    for line in name_lines(registration):
+        print(line)
     if not stored:
         print(f"note: {unseen_log_note(registration.schema_id)}", file=sys.stderr)
     return 0
+
+
+def name_lines(registration: Registration) -> list[str]:
+    """What a registration did to the name the schema is known by, if anything: a name
+    chosen for it because its own is held, or a rename (never silent: its view, its
+    partition and the name commands take all follow)."""
+    if registration.held_by is not None:
+        return [
+            f"registered as {registration.registered_name}: the name"
+            f" {registration.qualified_for} is held by {registration.held_by}"
+            " (register again with --name to pick another)"
+        ]
+    if registration.renamed:
+        return [f"renamed {registration.shown_before} -> {registration.shown_name}"]
+    return []
 
 
 def unseen_log_note(schema_id: str) -> str:

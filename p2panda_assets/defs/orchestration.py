@@ -22,8 +22,10 @@ from dagster._utils.error import SerializableErrorInfo
 from p2panda_assets.defs.dead_runs import fail_dead_runs, process_tags
 from p2panda_assets.defs.partitions import (
     BUILT_FROM,
+    carry_materializations,
     partition_key,
     partition_keys,
+    schema_names,
     sync_partitions,
 )
 from p2panda_assets.defs.partitions import SCHEMAS as SCHEMAS  # the command line's name for it
@@ -73,15 +75,20 @@ def a_short_run() -> Iterator[None]:
         yield
 
 
-def add_partition(schema_id: str) -> None:
+def add_partition(schema_id: str, earlier_key: str | None = None) -> None:
     """Make a newly registered schema a partition of the asset family, under its key
-    (`partition_key`: a schema registered again with another name changes key)."""
+    (`partition_key`: a schema registered again with another name changes key, and its
+    builds go along, `carry_materializations`). `earlier_key`: its key before, which a
+    sensor's tick may have removed already."""
     prepare_environment()
     with connect(autocommit=True) as conn:
         ensure_schema(conn)
         key = partition_keys(conn).get(schema_id, partition_key(None, schema_id))
+        names = schema_names(conn)
     with dg.DagsterInstance.get() as instance:
-        sync_partitions(instance, [key], of_schema=schema_id)
+        sync_partitions(instance, [key], of_schema=schema_id, names=names)
+        if earlier_key is not None:
+            carry_materializations(instance, [earlier_key], key, names.get(schema_id))
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +126,7 @@ def materialize(schema_ids: list[str] | None = None) -> Materialized:
             raise P2pandaError(Reason.AWAITING_SCHEMA, f"not registered: {', '.join(unknown)}")
         if not targets:
             return Materialized([], [])
-        sync_partitions(instance, list(keys.values()))
+        sync_partitions(instance, list(keys.values()), names=schema_names(conn))
         fail_dead_runs(instance)
         fingerprint = current_index(conn)
         if fingerprint is not None:

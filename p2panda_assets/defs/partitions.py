@@ -8,15 +8,21 @@ one back; nothing else spells or splits a key.
 An instance whose partitions predate these keys (bare ids) is brought up to date by
 `partition_changes`: the registration sensor and `panda materialize` add the current key
 of every registered schema and remove the keys no registered schema has any more, except
-those a run or a backfill not yet finished still works on."""
+those a run or a backfill not yet finished still works on.
+
+A key that changes (a schema renamed, `panda register --name`) takes its schema's builds
+along (`carried_materializations`): the latest materialization of each asset under the
+earlier key is reported again under the new one, so that the UI never shows a renamed
+schema Missing while its table is there, and `panda materialize` finds it up to date."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 
 import dagster as dg
 import psycopg
+from dagster._core.event_api import EventLogRecord
 from dagster._core.execution.backfill import BulkActionsFilter, BulkActionStatus
 
 from p2panda_assets.store.registry import registered_schemas
@@ -38,6 +44,12 @@ PARTITION_TAG = "dagster/partition"  # a run's partition key, as Dagster tags it
 # the key's last dot (an id has none) is what a key means.
 UNSAFE_IN_KEY = re.compile(r"[^A-Za-z0-9_:/@.-]")
 DOTS = re.compile(r"\.{2,}")
+FAMILY = [  # the assets of a schema's partition, upstream first
+    dg.AssetKey(name)
+    for name in ("raw_entries", "decoded_messages", "migration_plan", "materialized_table")
+]
+SCHEMA_NAME = "schema_name"  # the metadata of every materialization naming its schema
+CARRIED_FROM = "carried_from"  # of a carried materialization: the key it was made under
 UNFINISHED_RUNS = [
     dg.DagsterRunStatus.QUEUED,
     dg.DagsterRunStatus.NOT_STARTED,
@@ -75,6 +87,11 @@ def partition_keys(conn: psycopg.Connection) -> dict[str, str]:
     }
 
 
+def schema_names(conn: psycopg.Connection) -> dict[str, str | None]:
+    """Every registered schema's name (registered, else its own), by schema id."""
+    return {row.schema_id: row.shown_name for row in registered_schemas(conn)}
+
+
 def partition_changes(
     existing: Iterable[str], wanted: Iterable[str], in_use: Iterable[str] = ()
 ) -> tuple[list[str], list[str]]:
@@ -99,11 +116,16 @@ def keys_in_use(instance: dg.DagsterInstance) -> set[str]:
 
 
 def sync_partitions(
-    instance: dg.DagsterInstance, wanted: Collection[str], of_schema: str | None = None
+    instance: dg.DagsterInstance,
+    wanted: Collection[str],
+    of_schema: str | None = None,
+    names: Mapping[str, str | None] | None = None,
 ) -> list[str]:
     """Make the partitions `wanted` on `instance` at once (`partition_changes`), as the
     registration sensor does at its ticks; with `of_schema`, only that schema's keys are
-    looked at (a registration). The keys removed."""
+    looked at (a registration). A key added for a schema that had another takes its
+    builds along (`carry_materializations`; `names`: the schemas' names now, by id).
+    The keys removed."""
     existing = instance.get_dynamic_partitions(SCHEMAS)
     if of_schema is not None:
         existing = [key for key in existing if schema_id_of(key) == of_schema]
@@ -112,6 +134,59 @@ def sync_partitions(
         add, remove = partition_changes(existing, wanted, keys_in_use(instance))
     if add:
         instance.add_dynamic_partitions(SCHEMAS, add)
+    for key in add:
+        schema_id = schema_id_of(key)
+        earlier = [k for k in existing if schema_id_of(k) == schema_id]
+        carry_materializations(instance, earlier, key, (names or {}).get(schema_id))
     for key in remove:
         instance.delete_dynamic_partition(SCHEMAS, key)
     return remove
+
+
+def carry_materializations(
+    instance: dg.DagsterInstance, earlier: Collection[str], key: str, name: str | None
+) -> None:
+    """Report `carried_materializations` on `instance` (as a sensor returns them)."""
+    for event in carried_materializations(instance, earlier, key, name):
+        instance.report_runless_asset_event(event)
+
+
+def carried_materializations(
+    instance: dg.DagsterInstance, earlier: Collection[str], key: str, name: str | None
+) -> list[dg.AssetMaterialization]:
+    """For each asset of the family, its latest materialization under the `earlier` keys
+    of a schema whose key is `key` now, if it is newer than the latest under `key`: the
+    same metadata, `schema_name` the schema's `name` now, `carried_from` the key it was
+    made under. A renamed schema's table is the one its last run built: without these,
+    its new partition shows Missing until something new comes for it. None a second
+    time (what was carried is the newest then)."""
+    earlier = [k for k in earlier if k != key]
+    if not earlier:
+        return []
+    carried = []
+    for asset in FAMILY:
+        before = _latest_materialization(instance, asset, earlier)
+        now = _latest_materialization(instance, asset, [key])
+        if before is not None and (now is None or now.storage_id < before.storage_id):
+            carried.append(_carried(before, key, name))
+    return carried
+
+
+def _latest_materialization(
+    instance: dg.DagsterInstance, asset: dg.AssetKey, keys: Collection[str]
+) -> EventLogRecord | None:
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=asset, asset_partitions=sorted(keys)), limit=1
+    ).records
+    return records[0] if records else None
+
+
+def _carried(record: EventLogRecord, key: str, name: str | None) -> dg.AssetMaterialization:
+    """The materialization `record` holds, again under the partition `key`."""
+    made = record.asset_materialization
+    assert made is not None  # a materialization's record
+    metadata = dict(made.metadata)
+    if name is not None:
+        metadata[SCHEMA_NAME] = dg.MetadataValue.text(name)
+    metadata[CARRIED_FROM] = dg.MetadataValue.text(made.partition or "")
+    return dg.AssetMaterialization(asset_key=made.asset_key, partition=key, metadata=metadata)

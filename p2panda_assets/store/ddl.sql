@@ -237,6 +237,28 @@ UPDATE p2panda.schemas SET status = 'pending' WHERE status = 'waiting';
 UPDATE p2panda.logs SET assignment = 'pending' WHERE assignment = 'waiting';
 UPDATE p2panda.accounts SET origin = 'pending' WHERE origin = 'waiting';
 
+-- A registered name is held by one schema (rule T-NAME-HELD, docs/semantics.md): `panda
+-- register` refuses a name another schema is known by, and this index refuses a second
+-- holder of a registered name whoever writes the row. Registries from before could hold
+-- a name twice: the first registration keeps it (registered_at, then schema id), the
+-- others get their qualified name, as `registry.qualified_name` makes it
+-- (<name>_<first 8 hex digits of the author>_<log id>, the name cut to 64 characters),
+-- or none if even that one is taken.
+UPDATE p2panda.schemas s
+SET registered_name = left(s.registered_name, 64 - length(q.suffix)) || q.suffix
+FROM (SELECT schema_id, '_' || left(schema_id, 8) || '_' || split_part(schema_id, '-', 2)
+      AS suffix FROM p2panda.schemas) q
+WHERE q.schema_id = s.schema_id
+  AND EXISTS (SELECT 1 FROM p2panda.schemas o
+              WHERE o.registered_name = s.registered_name
+                AND (o.registered_at, o.schema_id) < (s.registered_at, s.schema_id));
+UPDATE p2panda.schemas s SET registered_name = NULL
+WHERE EXISTS (SELECT 1 FROM p2panda.schemas o
+              WHERE o.registered_name = s.registered_name
+                AND (o.registered_at, o.schema_id) < (s.registered_at, s.schema_id));
+CREATE UNIQUE INDEX IF NOT EXISTS schemas_registered_name
+    ON p2panda.schemas (registered_name);
+
 -- This text changes with a release that changes the store (it is applied again then, and
 -- only then): the next run indexes again, so the chained messages in the columnar store
 -- have the columns this release reads (the `batch` of each message was added so), and

@@ -5,6 +5,11 @@ Registering writes the registry row through its one writer (`schemas.py`).
 Table names come from the schema id, never from the schema's `name` (names are data,
 chosen by strangers, and not unique). Every identifier is composed with
 `psycopg.sql.Identifier`.
+
+A registered schema is known by one name, its registered name, else its own (the meta
+message's): a name one schema is known by, no other may register (`name-taken`), and one
+whose own name is taken is registered under its qualified name (`qualified_name`), so
+that a newcomer never takes a view or a name away from a schema registered before it.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.protocol.ids import AUTHOR_SIZE, MAX_U64, format_schema_id, parse_schema_id
 from p2panda_assets.statuses import SchemaStatus
 from p2panda_assets.store import schemas
+from p2panda_assets.store.catalog import stored_schema_name
 from p2panda_assets.store.views import lock_views, refresh_views
 
 DATA_SCHEMA = "p2panda_data"
@@ -28,6 +34,8 @@ MAX_NAME = 64
 TABLE_AUTHOR_CHARS = 32  # 128 bits of the author key: unique in practice, and it fits
 VERSIONS_SCHEMA = "p2panda_versions"
 VERSION_AUTHOR_CHARS = 16  # 64 bits, so that "_v<version>" fits in 63 bytes too
+QUALIFIER_AUTHOR_CHARS = 8  # of a qualified name: `<name>_<8 hex digits>_<log id>`
+REGISTERED_NAME_INDEX = "schemas_registered_name"  # unique (ddl.sql)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +44,24 @@ class Registration:
     table_name: str
     registered_name: str | None
     created: bool  # False when the schema was registered already
+    earlier_registered_name: str | None = None  # before this registration (not created)
+    shown_before: str | None = None  # the name it was known by before (not created)
+    shown_name: str | None = None  # the name it is known by now, if it has one
+    qualified_for: str | None = None  # its own name, held by another: why it is qualified
+    held_by: str | None = None  # the schema that holds `qualified_for`
+
+    @property
+    def renamed(self) -> bool:
+        """Whether a schema that had a name is now known by another (`renamed A -> B`)."""
+        return not self.created and self.shown_before not in (None, self.shown_name)
+
+
+@dataclass(frozen=True, slots=True)
+class _Names:
+    """A registered schema's names: the registered one, and the one it is known by."""
+
+    registered: str | None
+    shown: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +160,11 @@ def register(
     conn: psycopg.Connection, author: bytes, log_id: int, name: str | None
 ) -> Registration:
     """Register a schema for materializing (status 'registered'); registering it again
-    only changes its registered name (kept when `name` is None)."""
+    only changes its registered name (kept when `name` is None). A name another
+    registered schema is known by is refused (`name-taken`), in the transaction that
+    would take it: the views lock it takes first serializes every registration. A new
+    schema whose own name is held is registered under its qualified name. Rule
+    T-NAME-HELD (docs/semantics.md)."""
     schema_id = schema_id_for(author, log_id)
     if name is not None:
         _check_name(name)
@@ -142,11 +172,123 @@ def register(
     with conn.transaction():
         lock_views(conn)  # before the registry row, as every view refresh takes them
         _refuse_table_name_collision(conn, schema_id, table_name)
-        registered_name, created = schemas.add_registration(
-            conn, schema_id, author, log_id, name, table_name, SchemaStatus.REGISTERED.value
+        before = _names_of(conn, schema_id)
+        own = stored_schema_name(conn, author, log_id) if before is None else None
+        wanted, held_by = _name_to_register(conn, schema_id, name, own, before)
+        registered_name, created = _add_registration(
+            conn, schema_id, author, log_id, wanted, own, table_name
         )
         refresh_views(conn)  # a name given or changed may claim or free a view
-    return Registration(schema_id, table_name, registered_name, created)
+    return Registration(
+        schema_id,
+        table_name,
+        registered_name,
+        created,
+        earlier_registered_name=None if before is None else before.registered,
+        shown_before=None if before is None else before.shown,
+        shown_name=registered_name or (own if before is None else before.shown),
+        qualified_for=own if held_by is not None else None,
+        held_by=held_by,
+    )
+
+
+def qualified_name(name: str, schema_id: str) -> str:
+    """`<name>_<first 8 hex digits of the author>_<log id>`, the name cut to keep it
+    within 64 characters: the name a schema is registered under when its own is held
+    by another. The log id keeps two schemas of one author apart. (`ddl.sql` qualifies
+    the names registries from before shared, the same way.)"""
+    author, log_id = parse_schema_id(schema_id)
+    suffix = f"_{author.hex()[:QUALIFIER_AUTHOR_CHARS]}_{log_id}"
+    return name[: MAX_NAME - len(suffix)] + suffix
+
+
+def _name_to_register(
+    conn: psycopg.Connection,
+    schema_id: str,
+    name: str | None,
+    own: str | None,
+    before: _Names | None,
+) -> tuple[str | None, str | None]:
+    """(the registered name to write, None to keep; the holder of the schema's own name
+    if it is qualified). A name asked for must be free; a new schema's own name that is
+    taken is qualified (none is written when it is free: the schema is known by it)."""
+    if name is not None:
+        if before is None or name != before.registered:
+            _refuse_taken(conn, schema_id, name)
+        return name, None
+    if before is not None or own is None:
+        return None, None
+    holder = _holder_of(conn, own, schema_id)
+    if holder is None:
+        return None, None
+    qualified = qualified_name(own, schema_id)
+    _refuse_taken(conn, schema_id, qualified)
+    return qualified, holder
+
+
+def _refuse_taken(conn: psycopg.Connection, schema_id: str, name: str) -> None:
+    """A name another registered schema is known by stays its."""
+    holder = _holder_of(conn, name, schema_id)
+    if holder is not None:
+        raise name_taken(name, holder)
+
+
+def name_taken(name: str, holder: str) -> P2pandaError:
+    """The error a name already held gives, naming its holder (the user's way out)."""
+    return P2pandaError(
+        Reason.NAME_TAKEN, f"the name {name} is held by {holder}; pick another with --name"
+    )
+
+
+def _holder_of(conn: psycopg.Connection, name: str, schema_id: str) -> str | None:
+    """The registered schema other than `schema_id` known by `name` (its registered
+    name, else its own), if any."""
+    row = conn.execute(
+        "SELECT schema_id FROM p2panda.schemas WHERE schema_id <> %s"
+        " AND coalesce(registered_name, name) = %s ORDER BY registered_at, schema_id LIMIT 1",
+        (schema_id, name),
+    ).fetchone()
+    return None if row is None else row[0]
+
+
+def _names_of(conn: psycopg.Connection, schema_id: str) -> _Names | None:
+    """The schema's names, None if it is not registered."""
+    row = conn.execute(
+        "SELECT registered_name, coalesce(registered_name, name) FROM p2panda.schemas"
+        " WHERE schema_id = %s",
+        (schema_id,),
+    ).fetchone()
+    return None if row is None else _Names(*row)
+
+
+def _add_registration(
+    conn: psycopg.Connection,
+    schema_id: str,
+    author: bytes,
+    log_id: int,
+    registered_name: str | None,
+    own: str | None,
+    table_name: str,
+) -> tuple[str | None, bool]:
+    """`schemas.add_registration`, with the unique index on registered names as the
+    store's own guard (a registry row written by other means than `register`)."""
+    try:
+        with conn.transaction():
+            return schemas.add_registration(
+                conn,
+                schema_id,
+                author,
+                log_id,
+                registered_name,
+                own,
+                table_name,
+                SchemaStatus.REGISTERED.value,
+            )
+    except psycopg.errors.UniqueViolation as error:
+        if error.diag.constraint_name != REGISTERED_NAME_INDEX or registered_name is None:
+            raise
+        holder = _holder_of(conn, registered_name, schema_id) or "another schema"
+        raise name_taken(registered_name, holder) from None
 
 
 def registered_schemas(conn: psycopg.Connection) -> list[RegistryRow]:

@@ -24,22 +24,25 @@ def add_registration(
     author: bytes,
     log_id: int,
     registered_name: str | None,
+    name: str | None,
     table_name: str,
     status: str,
 ) -> tuple[str | None, bool]:
     """The schema's row, or only its registered name if it has one already (kept when
-    `registered_name` is None): (the registered name now, whether the row is new)."""
+    `registered_name` is None): (the registered name now, whether the row is new). A
+    new row starts with the schema's own `name` as the store holds it, so that a later
+    registration sees the name it is known by before its first build."""
     row = conn.execute(
         """
         INSERT INTO p2panda.schemas
-            (schema_id, author, log_id, registered_name, table_name, status)
-        VALUES (%s, %s, %s, %s, %s, %s)
+            (schema_id, author, log_id, registered_name, name, table_name, status)
+        VALUES (%s, %s, %s, %s, %s, %s, %s)
         ON CONFLICT (schema_id) DO UPDATE
             SET registered_name = coalesce(EXCLUDED.registered_name,
                                            p2panda.schemas.registered_name)
         RETURNING registered_name, xmax = 0
         """,
-        (schema_id, author, log_id, registered_name, table_name, status),
+        (schema_id, author, log_id, registered_name, name, table_name, status),
     ).fetchone()
     assert row is not None
     return row[0], row[1]

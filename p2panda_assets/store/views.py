@@ -5,9 +5,15 @@ name in its meta message, on its current table; and `<name>@<version>` on each t
 that `--as-of-version` built. The schema's description is the view's comment.
 
 Names are data chosen by strangers, so a view name is only ever composed with
-`sql.Identifier`, and a name that two views would share gives neither a view: the
-registry's `view_conflict` says why, and registering one schema with `--name` resolves
-it. A name over 63 bytes gets no view either (PostgreSQL would cut it silently).
+`sql.Identifier`. A name two schemas would both have a view by goes to one of them, its
+holder (`view_holder`): a registered name before a schema's own name, then the schema
+registered first; the other gets none, and the registry's `view_conflict` says why
+(`panda register` keeps registered names unique, so this is a schema's own name met
+after its registration, or a `<name>@<version>` that is another's name). A name over 63
+bytes gets no view either (PostgreSQL would cut it silently). Each view is created in a
+savepoint of its own: one PostgreSQL refuses (a user's table of that name in
+`p2panda_api`) leaves only its own schema without a view, never the others, nor the
+swap or registration the views are made in.
 
 A view has no constraints of its own, so its comment starts with PostGraphile's smart
 tags (v4, `graphile-build-pg`'s `parseTags`): `@primaryKey _instance_id`, so that one
@@ -30,6 +36,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 
 import psycopg
 from psycopg import sql
@@ -68,6 +75,13 @@ class _Claim:
     comment: str | None  # the schema's description
     built_version: int | None  # the schema version the table was built at
     built_hash: str | None  # that version's entry hash (hex)
+    registered: bool  # the name is the schema's registered name, not its own
+    registered_at: datetime
+
+    @property
+    def precedence(self) -> tuple[bool, datetime, str, int]:
+        """Lower holds a shared view name first (`view_holder`)."""
+        return (not self.registered, self.registered_at, self.schema_id, self.version or 0)
 
 
 def lock_views(conn: psycopg.Connection) -> None:
@@ -102,7 +116,9 @@ def _api_views(conn: psycopg.Connection) -> set[str]:
 
 def create_views(conn: psycopg.Connection) -> None:
     """Create the views the registry names (after `drop_views`), with their smart
-    comments, and record in the registry which view each schema got, or why it got none."""
+    comments, and record in the registry which view each schema got, or why it got none.
+    Rule T-VIEW (docs/semantics.md): a view name goes to its holder alone, and a view
+    PostgreSQL refuses costs only its own schema its view."""
     claims: dict[str, list[_Claim]] = defaultdict(list)
     for claim in _claims(conn):
         claims[claim.view].append(claim)
@@ -111,11 +127,13 @@ def create_views(conn: psycopg.Connection) -> None:
     versions: list[tuple[str, int, str | None]] = []
     made: list[_Claim] = []
     for view, holders in sorted(claims.items()):
-        conflict = _conflict(view, holders)
+        holder = view_holder(view, holders)
         for claim in holders:
+            conflict = _conflict(view, claim, holder)
             if conflict is None and claim.built and view not in kept:
-                _create_view(conn, claim)
-                made.append(claim)
+                conflict = _try_create_view(conn, claim)
+                if conflict is None:
+                    made.append(claim)
             view_made = view if conflict is None and claim.built else None
             if claim.version is None:
                 current[claim.schema_id] = (view_made, conflict)
@@ -262,13 +280,13 @@ def _claims(conn: psycopg.Connection) -> list[_Claim]:
         """
         SELECT coalesce(s.registered_name, s.name), s.schema_id, NULL::bigint, s.table_name,
                to_regclass(s.table_name) IS NOT NULL, s.description, s.version,
-               s.version_hash
+               s.version_hash, s.registered_name IS NOT NULL, s.registered_at
         FROM p2panda.schemas s
         WHERE coalesce(s.registered_name, s.name) IS NOT NULL
         UNION ALL
         SELECT coalesce(s.registered_name, s.name) || '@' || v.version, s.schema_id,
                v.version, v.table_name, to_regclass(v.table_name) IS NOT NULL, s.description,
-               v.version, v.version_hash
+               v.version, v.version_hash, s.registered_name IS NOT NULL, s.registered_at
         FROM p2panda.schema_versions v JOIN p2panda.schemas s USING (schema_id)
         WHERE coalesce(s.registered_name, s.name) IS NOT NULL
         """
@@ -276,13 +294,31 @@ def _claims(conn: psycopg.Connection) -> list[_Claim]:
     return [_Claim(*row) for row in rows]
 
 
-def _conflict(view: str, holders: list[_Claim]) -> str | None:
-    """Why no schema gets the view `view`, or None."""
+def view_holder(view: str, claims: list[_Claim]) -> _Claim | None:
+    """The claim that gets the view `view`: a registered name before a schema's own
+    name, then the schema registered first, so that a newcomer never takes a view away
+    from a schema that had it. None for a name PostgreSQL would cut."""
     if len(view.encode()) > MAX_IDENTIFIER:
+        return None
+    return min(claims, key=lambda claim: claim.precedence)
+
+
+def _conflict(view: str, claim: _Claim, holder: _Claim | None) -> str | None:
+    """Why `claim` does not get the view `view` (`holder` does), or None."""
+    if holder is None:
         return f"name {view!r} is longer than {MAX_IDENTIFIER} bytes: register it with --name"
-    if len(holders) > 1:
-        others = ", ".join(sorted({c.schema_id for c in holders}))
-        return f"name {view!r} is shared by schemas {others}: register one with --name"
+    if claim is not holder:
+        return f"name {view!r} is held by schema {holder.schema_id}: register it with --name"
+    return None
+
+
+def _try_create_view(conn: psycopg.Connection, claim: _Claim) -> str | None:
+    """Create the claim's view in a savepoint; why not, if PostgreSQL refused it."""
+    try:
+        with conn.transaction():
+            _create_view(conn, claim)
+    except psycopg.Error as error:
+        return f"view {claim.view!r} not created: {str(error).strip()}"
     return None
 
 

@@ -516,6 +516,27 @@ def test_the_bare_id_partitions_of_an_older_instance_are_migrated(
     assert removed(tick(schema_registration_sensor, after.cursor)) == []
 
 
+def test_a_renamed_schemas_new_key_takes_its_last_build_along(conn, tick: Tick, instance) -> None:
+    """`panda register --name` for a named schema moves its key; the tick that moves it
+    reports the old key's latest materializations under the new one (`carried_from`),
+    so the UI does not show the renamed schema Missing while its table is there."""
+    graph = relation_graph()
+    publish(conn, graph.fresh())
+    tag = graph.id("tag")
+    old = register_named(conn, tag, "tag")
+    instance.add_dynamic_partitions("schemas", [old])
+    instance.report_runless_asset_event(
+        dg.AssetMaterialization("materialized_table", partition=old, metadata={"rows": 3})
+    )
+    new = register_named(conn, tag, "label")
+    result = tick(schema_registration_sensor, None)
+    assert (added(result), removed(result)) == ([new], [old])
+    [carried] = [e for e in result.asset_events if isinstance(e, dg.AssetMaterialization)]
+    assert (carried.asset_key, carried.partition) == (dg.AssetKey("materialized_table"), new)
+    metadata = {k: v.value for k, v in carried.metadata.items()}
+    assert metadata == {"rows": 3, "schema_name": "label", "carried_from": old}
+
+
 def test_a_migrating_tick_passes_the_daemons_validation(conn, instance, database_url: str) -> None:
     """Evaluated as the daemon does, a tick that removes a bare id and requests a run of
     the key it adds in the same tick resolves: the run is tagged with the new key."""

@@ -307,10 +307,12 @@ def test_materialize_takes_schema_names(capsys, conn, monkeypatch: pytest.Monkey
     from p2panda_assets.store.registry import register
 
     _, (mail, profile, first, second) = note_corpus(1, 2, 3, 4)
-    for schema_id, name in ((mail, "mail"), (profile, None), (first, "dup"), (second, "dup")):
+    for schema_id, name in ((mail, "mail"), (profile, None), (first, "dup"), (second, None)):
         author, log_id = schema_id.rsplit("-", 1)
         register(conn, bytes.fromhex(author), int(log_id), name)
-    conn.execute("UPDATE p2panda.schemas SET name = 'profile' WHERE schema_id = %s", (profile,))
+    own = "UPDATE p2panda.schemas SET name = %s WHERE schema_id = %s"  # as a build reads it
+    conn.execute(own, ("profile", profile))
+    conn.execute(own, ("dup", second))  # met after registration: shared (rule T-NAME-HELD)
 
     assert resolve_schemas(["mail", profile]) == [mail, profile]
     assert resolve_schemas(["profile"]) == [profile]  # the schema's own name, unregistered

@@ -1,5 +1,6 @@
 """Issue 7, coordination: `panda check` / `panda ensure` across rule P-CHECK's outcomes, also
-after restoring an older dump; name conflicts resolved by registration; the class of
+after restoring an older dump; name conflicts resolved by registration, and a held name
+qualified; the class of
 each migration of the slothmail story, and a lossy one whose fallbacks match the rows."""
 
 from __future__ import annotations
@@ -128,35 +129,44 @@ def test_check_and_ensure_across_the_outcomes_and_after_restoring_an_older_dump(
 def test_a_shared_name_is_a_conflict_that_registration_resolves(
     panda: Panda, conn: psycopg.Connection, tmp_path: Path
 ) -> None:
+    """Registered before their logs arrived, two schemas turn out to share their own
+    name: the first registered keeps the view (rule T-VIEW), a check by the name is a
+    conflict, and registering the other with --name resolves it. A third of that name,
+    registered once its log is in the store, gets a qualified name at once."""
     corpus = CorpusBuilder()
     first = corpus.author(1).schema(1, "note")
     second = corpus.author(2).schema(1, "note")
     third = corpus.author(3).schema(1, "tag")
-    for log_id, schema in enumerate((first, second, third), start=1):
+    fourth = corpus.author(4).schema(1, "note")
+    for log_id, schema in enumerate((first, second, third, fourth), start=1):
         schema.migrate(create_field("text", "text"))
         instances(corpus.author(9), log_id).create(schema.ref(), text="hello")
     file = tmp_path / "notes.jsonl"
     file.write_text("".join(entry_line(e, p) + "\n" for e, p in corpus.pairs))
-    ok(panda("ingest", file))
     for schema in (first, second):
         ok(panda("register", *schema.schema_id.rsplit("-", 1)))
+    ok(panda("ingest", file))
     ok(panda("materialize"))
 
     views = "SELECT viewname FROM pg_views WHERE schemaname = 'p2panda_api' ORDER BY 1"
-    assert conn.execute(views).fetchall() == []
+    assert conn.execute(views).fetchall() == [("note",)]
     conflicts = dict(conn.execute("SELECT schema_id, view_conflict FROM p2panda.schemas"))
-    for schema in (first, second):
-        assert "shared by schemas" in conflicts[schema.schema_id]
-    assert f"no view for {first.schema_id}: name 'note' is shared" in ok(panda("status"))
+    assert conflicts[first.schema_id] is None
+    assert f"held by schema {first.schema_id}" in conflicts[second.schema_id]
+    assert f"no view for {second.schema_id}: name 'note' is held by" in ok(panda("status"))
     code, result = outcome(panda("check", "note", 2))
     assert (code, result["outcome"], result["schema_id"]) == (3, "conflicting", None)
 
-    ok(panda("register", *second.schema_id.rsplit("-", 1), "--name", "second note"))
+    renamed = ok(panda("register", *second.schema_id.rsplit("-", 1), "--name", "second note"))
+    assert renamed.splitlines()[-1] == "renamed note -> second note"
     assert conn.execute(views).fetchall() == [("note",), ("second note",)]
     assert outcome(panda("check", "note", 2))[1]["schema_id"] == first.schema_id
     assert outcome(panda("check", "second note", 2))[1]["outcome"] == "present"
     rows = conn.execute('SELECT text FROM p2panda_api."second note"').fetchall()
     assert rows == [("hello",)]
+
+    qualified = ok(panda("register", *fourth.schema_id.rsplit("-", 1)))
+    assert f"the name note is held by {first.schema_id}" in qualified
 
     # Ensuring a schema nobody registered, by its id, registers and builds it.
     code, result = outcome(panda("ensure", third.schema_id, 2))

@@ -1,7 +1,8 @@
 """Partition keys (`defs.partitions`): `<registered name>.<schema id>`, the bare id without
 a name. Every name a registration accepts (1..64 printable ASCII characters) makes a key
 that reads back to its schema id, that Dagster accepts as a dynamic partition, and that
-the UI's partition selection reads as one key. No database, no Spark."""
+the UI's partition selection reads as one key; a key that changes takes its schema's
+builds along. No database, no Spark."""
 
 from __future__ import annotations
 
@@ -19,10 +20,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from p2panda_assets.defs.partitions import (
+    CARRIED_FROM,
+    FAMILY,
+    SCHEMAS,
+    carried_materializations,
     partition_changes,
     partition_key,
     schema_id_of,
     schemas,
+    sync_partitions,
 )
 from p2panda_assets.protocol.ids import format_schema_id
 
@@ -87,3 +93,46 @@ def test_migration_adds_the_named_keys_and_removes_the_rest_unless_in_use() -> N
     assert partition_changes([SCHEMA_ID, other], wanted) == ([wanted[0]], [SCHEMA_ID])
     assert partition_changes([SCHEMA_ID, other], wanted, {SCHEMA_ID}) == ([wanted[0]], [])
     assert partition_changes(wanted, wanted) == ([], [])
+
+
+def built(instance: dg.DagsterInstance, key: str, asset: dg.AssetKey, index: str) -> None:
+    """A materialization of `asset` under the partition `key`, built from `index`."""
+    instance.report_runless_asset_event(
+        dg.AssetMaterialization(asset, partition=key, metadata={"built_from_index": index})
+    )
+
+
+def latest(instance: dg.DagsterInstance, asset: dg.AssetKey, key: str) -> dict[str, object]:
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=asset, asset_partitions=[key]), limit=1
+    ).records
+    return {k: v.value for k, v in records[0].asset_materialization.metadata.items()}
+
+
+def test_a_changed_key_takes_the_latest_build_of_each_asset_along() -> None:
+    """A rename moves the partition: the new key shows what the old one showed last
+    (not Missing), says where it came from and the name it has now; once only."""
+    old, new = partition_key("letters", SCHEMA_ID), partition_key("mail", SCHEMA_ID)
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(SCHEMAS, [old])
+        for asset in FAMILY:
+            built(instance, old, asset, "index-1")
+        built(instance, old, FAMILY[-1], "index-2")
+        assert sync_partitions(instance, [new], SCHEMA_ID, {SCHEMA_ID: "mail"}) == [old]
+        assert instance.get_dynamic_partitions(SCHEMAS) == [new]
+        carried = {"schema_name": "mail", CARRIED_FROM: old}
+        assert latest(instance, FAMILY[0], new) == {"built_from_index": "index-1", **carried}
+        assert latest(instance, FAMILY[-1], new) == {"built_from_index": "index-2", **carried}
+        assert carried_materializations(instance, [old], new, "mail") == []
+
+
+def test_a_key_with_a_newer_build_of_its_own_takes_nothing_along() -> None:
+    """A name given back (`mail`, then `letters`, then `mail` again): the older key's
+    builds are carried only where they are newer than the key's own."""
+    old, new = partition_key("letters", SCHEMA_ID), partition_key("mail", SCHEMA_ID)
+    with dg.instance_for_test() as instance:
+        built(instance, old, FAMILY[-1], "index-1")
+        built(instance, new, FAMILY[-1], "index-2")
+        assert carried_materializations(instance, [old], new, "mail") == []
+        [carried] = carried_materializations(instance, [new], old, "letters")
+        assert carried.partition == old and carried.metadata[CARRIED_FROM].value == new

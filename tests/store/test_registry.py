@@ -1,18 +1,23 @@
-"""The registry: table names from schema ids (never from names), registration, and the
-per-schema accounting `panda status` shows."""
+"""The registry: table names from schema ids (never from names), registration, a name
+held by one schema, and the per-schema accounting `panda status` shows."""
 
 from __future__ import annotations
 
 import re
+import threading
 
 import psycopg
 import pytest
 from psycopg import sql
 
 from p2panda_assets.errors import P2pandaError, Reason
+from p2panda_assets.protocol.ids import parse_schema_id
+from p2panda_assets.store.database import connect, ensure_schema
+from p2panda_assets.store.ingest import ingest
 from p2panda_assets.store.registry import (
     StatusRow,
     StoreTotals,
+    qualified_name,
     register,
     registered_schemas,
     status_rows,
@@ -20,6 +25,8 @@ from p2panda_assets.store.registry import (
     table_identifier,
     table_name_for,
 )
+from p2panda_assets.testing.builder import CorpusBuilder
+from tests.store.test_views import VIEWS, built
 
 AUTHOR = bytes.fromhex("ab" * 32)
 SCHEMA_ID = f"{'ab' * 32}-5"
@@ -130,3 +137,148 @@ def test_status_counts_where_each_entry_ended(conn: psycopg.Connection) -> None:
         unregistered_pending=1,
         unregistered_rejected=1,
     )
+
+
+# --- a name is held by one schema (rule T-NAME-HELD) -------------------------------------
+
+
+def stored_schema(conn: psycopg.Connection, seed: int, log_id: int, name: str) -> str:
+    """A schema log whose meta message names it `name`, ingested and not verified yet
+    (as `panda ingest` leaves it); its schema id."""
+    corpus = CorpusBuilder()
+    schema = corpus.author(seed).schema(log_id, name)
+    ingest(conn, corpus.pairs)
+    return schema.schema_id
+
+
+def refused(conn: psycopg.Connection, author: bytes, log_id: int, name: str | None) -> str:
+    """Register, which must fail with `name-taken`; its message."""
+    with pytest.raises(P2pandaError) as error:
+        register(conn, author, log_id, name)
+    assert error.value.reason is Reason.NAME_TAKEN
+    return error.value.message
+
+
+@pytest.mark.postgres
+def test_a_name_another_schema_holds_is_refused_and_every_view_stays(
+    conn: psycopg.Connection,
+) -> None:
+    """Issue 56: after `panda demo`, the walkthrough's `register ... --name slothmail`
+    (and profile, attachment) for another author's schemas was accepted, and the three
+    shared names took every schema's view away. Now each is refused, nothing changes."""
+    names = ("profile", "attachment", "slothmail")
+    holders = {name: built(conn, seed, name, None) for seed, name in enumerate(names, start=1)}
+    before = registered_schemas(conn)
+    for log_id, name in enumerate(names, start=1):
+        message = refused(conn, bytes([9]) * 32, log_id, name)
+        assert message == f"the name {name} is held by {holders[name]}; pick another with --name"
+    assert registered_schemas(conn) == before
+    assert conn.execute(VIEWS).fetchall() == sorted((name,) for name in names)
+    for name in names:
+        view = sql.Identifier("p2panda_api", name)
+        assert conn.execute(sql.SQL("SELECT x FROM {}").format(view)).fetchall() == [("b",)]
+
+
+@pytest.mark.postgres
+def test_a_name_a_schema_is_known_by_as_its_own_is_held_too(conn: psycopg.Connection) -> None:
+    own = stored_schema(conn, 2, 7, "note")
+    registration = register(conn, *parse_schema_id(own), None)
+    assert (registration.registered_name, registration.shown_name) == (None, "note")
+    assert [row.name for row in status_rows(conn)] == ["note"]  # before its first build
+    assert refused(conn, AUTHOR, 1, "note").startswith(f"the name note is held by {own};")
+
+
+@pytest.mark.postgres
+def test_a_schema_whose_own_name_is_held_is_registered_under_its_qualified_name(
+    conn: psycopg.Connection,
+) -> None:
+    holder = register(conn, AUTHOR, 1, "note").schema_id
+    newcomer = stored_schema(conn, 2, 7, "note")
+    registration = register(conn, *parse_schema_id(newcomer), None)
+    author_hex = newcomer.split("-")[0]
+    assert registration.registered_name == f"note_{author_hex[:8]}_7"
+    assert registration.registered_name == qualified_name("note", newcomer)
+    assert (registration.qualified_for, registration.held_by) == ("note", holder)
+    names = {row.schema_id: row.shown_name for row in registered_schemas(conn)}
+    assert names == {holder: "note", newcomer: f"note_{author_hex[:8]}_7"}
+
+
+def test_a_qualified_name_keeps_within_64_characters() -> None:
+    name = qualified_name("x" * 64, MAX_SCHEMA_ID)
+    assert len(name) == 64 and name.endswith(f"_ffffffff_{2**64 - 1}")
+    assert qualified_name("mail", SCHEMA_ID) == "mail_abababab_5"
+
+
+@pytest.mark.postgres
+def test_a_rename_says_from_what_to_what(conn: psycopg.Connection) -> None:
+    assert not register(conn, AUTHOR, 5, "a").renamed
+    renamed = register(conn, AUTHOR, 5, "b")
+    assert (renamed.renamed, renamed.shown_before, renamed.shown_name) == (True, "a", "b")
+    assert renamed.earlier_registered_name == "a"
+    assert not register(conn, AUTHOR, 5, "b").renamed  # the same name again
+    assert not register(conn, AUTHOR, 5, None).renamed  # kept
+    assert register(conn, bytes(32), 1, "a").registered_name == "a"  # freed by the rename
+
+
+@pytest.mark.postgres
+def test_the_store_refuses_a_second_holder_of_a_registered_name(
+    conn: psycopg.Connection,
+) -> None:
+    """Whoever writes the registry (not only `register`), the unique index holds."""
+    register(conn, AUTHOR, 1, "x")
+    register(conn, AUTHOR, 2, "y")
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        conn.execute("UPDATE p2panda.schemas SET registered_name = 'x' WHERE log_id = 2")
+
+
+@pytest.mark.postgres
+def test_names_an_older_registry_shared_are_qualified_when_the_store_is_upgraded(
+    conn: psycopg.Connection,
+) -> None:
+    """A registry from before the unique index holds a name three times: the first
+    registration keeps it, the others get their qualified names (as `qualified_name`)."""
+    conn.execute("DROP INDEX p2panda.schemas_registered_name")
+    ids = [register(conn, author, 3, name).schema_id for author, name in _three()]
+    conn.execute("UPDATE p2panda.schemas SET registered_name = 'slothmail'")
+    conn.execute("COMMENT ON SCHEMA p2panda IS NULL")  # an older release's design
+    ensure_schema(conn)
+    names = {row.schema_id: row.registered_name for row in registered_schemas(conn)}
+    assert names == {
+        ids[0]: "slothmail",
+        ids[1]: qualified_name("slothmail", ids[1]),
+        ids[2]: qualified_name("slothmail", ids[2]),
+    }
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        conn.execute("UPDATE p2panda.schemas SET registered_name = 'slothmail'")
+
+
+@pytest.mark.postgres
+def test_two_registrations_of_one_name_at_once_one_is_refused(
+    conn: psycopg.Connection, database_url: str
+) -> None:
+    """The check and the taking are one step: a second registration waits for the
+    first to commit, then finds the name held."""
+    errors: list[P2pandaError] = []
+    with connect(database_url, autocommit=True) as first, first.transaction():
+        holder = register(first, AUTHOR, 1, "x").schema_id
+
+        def second_registration() -> None:
+            with connect(database_url, autocommit=True) as second:
+                try:
+                    register(second, AUTHOR, 2, "x")
+                except P2pandaError as error:
+                    errors.append(error)
+
+        racer = threading.Thread(target=second_registration)
+        racer.start()
+        racer.join(timeout=1)
+        assert racer.is_alive()  # waits for the views lock the first holds
+    racer.join(timeout=30)
+    assert [(e.reason, e.message.split(";")[0]) for e in errors] == [
+        (Reason.NAME_TAKEN, f"the name x is held by {holder}")
+    ]
+    assert [row.registered_name for row in registered_schemas(conn)] == ["x"]
+
+
+def _three() -> list[tuple[bytes, str]]:
+    return [(bytes([seed]) * 32, f"name {seed}") for seed in (1, 2, 3)]

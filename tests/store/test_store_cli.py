@@ -4,10 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import dagster as dg
+import psycopg
 import pytest
 
 from p2panda_assets.cli.main import main
+from p2panda_assets.defs.orchestration import shown_built_from
+from p2panda_assets.defs.partitions import BUILT_FROM, CARRIED_FROM, FAMILY, SCHEMAS
 from p2panda_assets.jsonlines import UTF8_BOM, entry_line
+from p2panda_assets.store.registry import qualified_name
+from p2panda_assets.testing.builder import CorpusBuilder
+from tests.store.test_views import VIEWS, built
 
 pytestmark = pytest.mark.postgres
 
@@ -126,3 +133,83 @@ def test_status_shows_registered_schemas_and_unprocessed_entries(
         f"{author}-12", "slothmail", "-", "registered", "-", "0", "0", "0", "0", "0", "0", "0", "-",
     ]  # fmt: skip
     assert unprocessed == "unprocessed: 5 entries not yet accounted for (pending)"
+
+
+# --- names: held by one schema, qualified, renamed (issue 56) ----------------------------
+
+
+def test_register_refuses_a_name_another_schema_holds_and_keeps_its_view(
+    capsys, conn: psycopg.Connection
+) -> None:
+    holder = built(conn, 0x31, "slothmail", None)
+    newcomer = "cd" * 32
+    code, out, err = run(capsys, "register", newcomer, "3", "--name", "slothmail")
+    assert (code, out) == (1, "")
+    assert err == (
+        f"error: name-taken: the name slothmail is held by {holder}; pick another with --name\n"
+    )
+    code, out, _ = run(capsys, "status")
+    assert newcomer not in out and "slothmail" in out
+    assert conn.execute(VIEWS).fetchall() == [("slothmail",)]
+    assert conn.execute("SELECT x FROM p2panda_api.slothmail").fetchall() == [("b",)]
+
+
+def test_a_schema_whose_own_name_is_held_is_registered_under_a_qualified_name(
+    capsys, database_url: str, jsonl
+) -> None:
+    holder = "ab" * 32
+    run(capsys, "register", holder, "1", "--name", "note")
+    corpus = CorpusBuilder()
+    schema = corpus.author(0x32).schema(7, "note")
+    run(capsys, "ingest", str(jsonl("note.jsonl", [entry_line(*p) for p in corpus.pairs])))
+    author = schema.schema_id.split("-")[0]
+    code, out, err = run(capsys, "register", author, "7")
+    assert (code, err) == (0, "")
+    assert out.splitlines()[2] == (
+        f"registered as {qualified_name('note', schema.schema_id)}: the name note is held by"
+        f" {holder}-1 (register again with --name to pick another)"
+    )
+    assert qualified_name("note", schema.schema_id) == f"note_{author[:8]}_7"
+
+
+def test_a_rename_is_said_and_the_view_follows(capsys, conn: psycopg.Connection) -> None:
+    schema_id = built(conn, 0x33, "letters", None)
+    author, log_id = schema_id.split("-")
+    code, out, _ = run(capsys, "register", author, log_id, "--name", "mail")
+    assert code == 0 and out.splitlines()[2:] == ["renamed letters -> mail"]
+    code, out, _ = run(capsys, "register", author, log_id, "--name", "mail")
+    assert code == 0 and len(out.splitlines()) == 2  # the same name: nothing to say
+    assert conn.execute(VIEWS).fetchall() == [("mail",)]
+    assert conn.execute("SELECT x FROM p2panda_api.mail").fetchall() == [("b",)]
+
+
+def test_a_renamed_schemas_partition_shows_its_last_build(
+    capsys, database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The partition moves to the new key with the latest materialization of each asset
+    under the old one (not Missing while the table is there), and `panda materialize`
+    finds it built from the same index, so launches no run for it."""
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+    author = "34" * 32
+    schema_id = f"{author}-2"
+    run(capsys, "register", author, "2", "--name", "letters")
+    with dg.DagsterInstance.get() as instance:
+        for asset in FAMILY:
+            instance.report_runless_asset_event(
+                dg.AssetMaterialization(
+                    asset, partition=f"letters.{schema_id}", metadata={BUILT_FROM: "index-1"}
+                )
+            )
+    assert run(capsys, "register", author, "2", "--name", "mail")[0] == 0
+    with dg.DagsterInstance.get() as instance:
+        partitions = instance.get_dynamic_partitions(SCHEMAS)
+        assert f"mail.{schema_id}" in partitions and f"letters.{schema_id}" not in partitions
+        for asset in FAMILY:
+            [record] = instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=asset, asset_partitions=[f"mail.{schema_id}"]),
+                limit=5,
+            ).records
+            metadata = record.asset_materialization.metadata
+            assert metadata[CARRIED_FROM].value == f"letters.{schema_id}"
+            assert metadata["schema_name"].value == "mail"
+        assert shown_built_from(instance, schema_id, f"mail.{schema_id}") == "index-1"

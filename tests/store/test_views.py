@@ -1,6 +1,7 @@
-"""Views by name (`store/views.py`) without Spark: hostile and over-long names, shared
-names, comments, two refreshes racing, and the PostGraphile smart comments (primary key,
-foreign keys of single relations, descriptions that cannot add tags)."""
+"""Views by name (`store/views.py`) without Spark: hostile and over-long names, a name
+two schemas are known by, a view PostgreSQL refuses, comments, two refreshes racing, and
+the PostGraphile smart comments (primary key, foreign keys of single relations,
+descriptions that cannot add tags)."""
 
 from __future__ import annotations
 
@@ -79,20 +80,58 @@ def test_a_name_over_63_bytes_gets_no_view_and_says_why(conn: psycopg.Connection
     assert view is None and "longer than 63 bytes" in conflict
 
 
+def own_name(conn: psycopg.Connection, schema_id: str, name: str) -> None:
+    """The schema's own name as its first build reads it from its meta message."""
+    conn.execute("UPDATE p2panda.schemas SET name = %s WHERE schema_id = %s", (name, schema_id))
+
+
 @pytest.mark.postgres
-def test_a_shared_name_gives_neither_schema_a_view_until_one_is_renamed(
+def test_a_name_met_after_registration_leaves_its_holder_the_view(
     conn: psycopg.Connection,
 ) -> None:
+    """Rule T-VIEW: a schema whose own name turns out to be another's registered name
+    (its log arrived after its registration) gets no view and says why; the holder
+    keeps its view, until the newcomer is registered with --name."""
     first = built(conn, 3, "notes", None)
+    second = built(conn, 4, None, None)
+    own_name(conn, second, "notes")
+    refresh_views(conn)
     assert conn.execute(VIEWS).fetchall() == [("notes",)]
-    second = built(conn, 4, "notes", None)
-    assert conn.execute(VIEWS).fetchall() == []
-    views = registry_views(conn)
-    assert views[first][1] == views[second][1]
-    assert f"shared by schemas {min(first, second)}, {max(first, second)}" in views[first][1]
+    assert conn.execute("SELECT x FROM p2panda_api.notes").fetchall() == [("b",)]
+    held = f"name 'notes' is held by schema {first}: register it with --name"
+    assert registry_views(conn) == {first: ("notes", None), second: (None, held)}
     register(conn, bytes([4]) * 32, 4, "other notes")
     assert conn.execute(VIEWS).fetchall() == [("notes",), ("other notes",)]
     assert registry_views(conn) == {first: ("notes", None), second: ("other notes", None)}
+
+
+@pytest.mark.postgres
+def test_of_two_schemas_own_names_the_first_registered_keeps_the_view(
+    conn: psycopg.Connection,
+) -> None:
+    first = built(conn, 5, None, None)
+    second = built(conn, 6, None, None)
+    for schema_id in (second, first):
+        own_name(conn, schema_id, "memo")
+    refresh_views(conn)
+    assert conn.execute(VIEWS).fetchall() == [("memo",)]
+    assert registry_views(conn)[first] == ("memo", None)
+    assert registry_views(conn)[second][0] is None
+
+
+@pytest.mark.postgres
+def test_a_view_postgresql_refuses_costs_only_its_own_schema(conn: psycopg.Connection) -> None:
+    """A user's table named like a view in `p2panda_api`: that schema has no view and says
+    why; the others' views are made, and the refresh (a swap's, a registration's) goes
+    through instead of failing for every schema."""
+    conn.execute("CREATE TABLE p2panda_api.notes (x int)")
+    notes = built(conn, 7, "notes", None)
+    other = built(conn, 8, "other", None)
+    assert conn.execute(VIEWS).fetchall() == [("other",)]
+    view, conflict = registry_views(conn)[notes]
+    assert view is None and conflict.startswith("view 'notes' not created: ")
+    assert "already exists" in conflict
+    assert registry_views(conn)[other] == ("other", None)
 
 
 @pytest.mark.postgres

@@ -1,6 +1,7 @@
 """`schema_registration_sensor`: adds the partition of every registered schema (and
 removes the keys no registered schema has: bare ids from before the names, a renamed
-schema's old key, an unregistered schema's; `defs.partitions`) and requests a schema's
+schema's old key, whose builds the new key takes along, an unregistered schema's;
+`defs.partitions`) and requests a schema's
 family when it is registered, and again when it stops being pending for its relations
 (or when an upstream it cascades from was rebuilt after it). What to build is
 `engine.readiness.build_key`'s decision."""
@@ -11,7 +12,15 @@ from collections.abc import Mapping
 import dagster as dg
 import psycopg
 
-from p2panda_assets.defs.partitions import keys_in_use, partition_changes, partition_keys, schemas
+from p2panda_assets.defs.partitions import (
+    carried_materializations,
+    keys_in_use,
+    partition_changes,
+    partition_keys,
+    schema_id_of,
+    schema_names,
+    schemas,
+)
 from p2panda_assets.defs.resources import PostgresResource
 from p2panda_assets.defs.sensors.cursors import RegistrationCursor
 from p2panda_assets.defs.sensors.requests import (
@@ -41,17 +50,42 @@ def _state(conn: psycopg.Connection, busy: set[str], partitions: set[str]) -> st
     return hashlib.sha1(text.encode()).hexdigest()
 
 
+PartitionRequest = dg.AddDynamicPartitionsRequest | dg.DeleteDynamicPartitionsRequest
+
+
 def _partition_requests(
     instance: dg.DagsterInstance, partitions: set[str], keys: Mapping[str, str]
-) -> list[dg.AddDynamicPartitionsRequest | dg.DeleteDynamicPartitionsRequest]:
+) -> tuple[list[PartitionRequest], list[str]]:
     """Add the keys of registered schemas that have none; remove the keys no registered
-    schema has, unless a run or backfill not finished works on them (`partition_changes`)."""
+    schema has, unless a run or backfill not finished works on them (`partition_changes`).
+    Also the keys added."""
     add, remove = partition_changes(partitions, keys.values())
     if remove:
         add, remove = partition_changes(partitions, keys.values(), keys_in_use(instance))
-    return [
+    requests: list[PartitionRequest] = [
         *([schemas.build_add_request(add)] if add else []),
         *([schemas.build_delete_request(remove)] if remove else []),
+    ]
+    return requests, add
+
+
+def _carried(
+    conn: psycopg.Connection, instance: dg.DagsterInstance, partitions: set[str], added: list[str]
+) -> list[dg.AssetMaterialization]:
+    """The builds the keys `added` take along from their schemas' earlier keys (a rename:
+    `carried_materializations`)."""
+    if not added:
+        return []
+    names = schema_names(conn)
+    return [
+        event
+        for key in added
+        for event in carried_materializations(
+            instance,
+            [k for k in partitions if schema_id_of(k) == schema_id_of(key)],
+            key,
+            names.get(schema_id_of(key)),
+        )
     ]
 
 
@@ -67,7 +101,7 @@ def registration_tick(
     queued = queued_tables(instance)
     state = _state(conn, busy | queued, partitions)
     keys = partition_keys(conn)
-    changes = _partition_requests(instance, partitions, keys)
+    changes, added = _partition_requests(instance, partitions, keys)
     if state == cursor.state and not changes:
         return dg.SensorResult(skip_reason="nothing changed", cursor=cursor.dumps()), []
     rel = load_relations(conn)
@@ -101,7 +135,10 @@ def registration_tick(
         skip_reason=None if requests else skip_reason(notes, "no schema to build"),
         cursor=next_cursor.dumps(),
         dynamic_partitions_requests=changes,
-        asset_events=_cycle_observations(cycles, new_cycles, keys),
+        asset_events=[
+            *_cycle_observations(cycles, new_cycles, keys),
+            *_carried(conn, instance, partitions, added),
+        ],
     )
     warnings = [f"{msg}: not built ({', '.join(_members(cycles, msg))})" for msg in new_cycles]
     return result, warnings

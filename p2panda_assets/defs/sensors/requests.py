@@ -13,7 +13,7 @@ import dagster as dg
 import psycopg
 
 from p2panda_assets.defs.assets import BATCH_TAG, QUEUE_TAG, materialize_schema_job
-from p2panda_assets.defs.partitions import PARTITION_TAG, SCHEMAS, schema_id_of, schemas
+from p2panda_assets.defs.partitions import FAMILY, PARTITION_TAG, SCHEMAS, schema_id_of, schemas
 from p2panda_assets.engine.readiness import Relations, Scope
 from p2panda_assets.store.catalog import stored_catalog
 from p2panda_assets.store.feed import registry
@@ -24,10 +24,6 @@ from p2panda_assets.store.feed import registry
 # tick, 10 s between those two; the listener, `p2panda_assets.live`, brings a committed
 # entry's run without waiting for any tick.)
 MINIMUM_INTERVAL_SECONDS = 5
-FAMILY = [
-    dg.AssetKey(name)
-    for name in ("raw_entries", "decoded_messages", "migration_plan", "materialized_table")
-]
 UP_TO_PLAN = FAMILY[:3]  # verify and index, decode, fold: everything but the table
 PLAN_AND_TABLE = FAMILY[2:]
 SCOPES: dict[Scope, list[dg.AssetKey] | None] = {Scope.FAMILY: None, Scope.UP_TO_PLAN: UP_TO_PLAN}
