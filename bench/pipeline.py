@@ -221,7 +221,7 @@ def generate(
         with partial.open("w") as out:
             for entry, payload in schema_pairs:
                 out.write(entry_line(entry, payload) + "\n")
-            for _, _, _, part in jobs:
+            for _, _, _, part, _ in jobs:
                 with open(part) as source:
                     shutil.copyfileobj(source, out, 1 << 20)
         partial.rename(path)
