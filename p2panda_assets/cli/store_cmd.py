@@ -68,8 +68,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         nargs="?",
         const="",
         metavar="NAME|SCHEMA_ID",
-        help="list each rejected entry (of one schema, or all, those of no schema too):"
-        " hash, author, log, seq, reason, file:line and message",
+        help="list each rejected entry (hash, author, log, seq, reason, file:line, message)"
+        " of the schema; without one, of the whole store, with those rejected before"
+        " their log had a schema",
     )
     status.add_argument(
         "--wide", action="store_true", help="with --rejected: authors and schema ids whole"
