@@ -1,4 +1,5 @@
 """`panda ingest`, `panda register` and `panda status`: the entry store and the registry.
+`panda status --rejected` lists the rejected entries (`cli/rejections.py`).
 
 The store modules (and psycopg) are imported inside the commands, so that commands which
 never touch the database start fast.
@@ -9,9 +10,11 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from p2panda_assets.cli import rejections
 from p2panda_assets.cli.entry_cmd import parse_hex
 from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.jsonlines import BadLine, read_located_lines
@@ -39,6 +42,13 @@ STATUS_COLUMNS = (
     "fallbacks",
     "view",
 )
+# What ingest checks and what it leaves to the pipeline, said after every ingest: a
+# forged signature is counted `accepted` here, and rejected only by the next build.
+CHECKED_NOTE = (
+    "checked here: each line holds an entry that decodes, with the payload it names;"
+    " signatures and log chains are checked when the pipeline builds (panda materialize),"
+    " and then `panda status --rejected` names each entry it rejected, with its file:line"
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -53,6 +63,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     schema.set_defaults(run=run_register)
 
     status = subparsers.add_parser("status", help="registered schemas and their entries")
+    status.add_argument(
+        "--rejected",
+        nargs="?",
+        const="",
+        metavar="NAME|SCHEMA_ID",
+        help="list each rejected entry (hash, author, log, seq, reason, file:line, message)"
+        " of the schema; without one, of the whole store, with those rejected before"
+        " their log had a schema",
+    )
+    status.add_argument(
+        "--wide", action="store_true", help="with --rejected: authors and schema ids whole"
+    )
     status.set_defaults(run=run_status)
 
 
@@ -71,13 +93,16 @@ def open_store() -> psycopg.Connection:
 def run_ingest(args: argparse.Namespace) -> int:
     from p2panda_assets.store.database import connect
     from p2panda_assets.store.ingest import ingest
+    from p2panda_assets.store.ingest_sources import add_source
 
     for path in args.files:
         _check_readable(path)  # before storing anything: all files, or none
     tty = sys.stderr.isatty()
     places = Places(clear=tty)
+    unreadable = UnreadableLines()
     with open_store() as conn, connect(autocommit=True) as spare:  # merges in parallel
-        items = _warn_bad_lines(places.read(args.files), clear=tty)
+        sources = {path: add_source(conn, path) for path in args.files}
+        items = _warn_bad_lines(places.read(args.files, sources), clear=tty, seen=unreadable)
 
         def progress(counts: IngestCounts) -> None:
             places.reported(counts)
@@ -87,8 +112,49 @@ def run_ingest(args: argparse.Namespace) -> int:
         counts = ingest(conn, items, progress=progress, spare=spare, conflict=places.conflict)
     if tty:
         print(CLEAR_LINE, end="", file=sys.stderr)
-    print(f"accepted {counts.accepted}, duplicate {counts.duplicate}, rejected {counts.rejected}")
+    for line in ingest_summary(counts, unreadable, places.conflicts):
+        print(line)
     return 0
+
+
+@dataclass(slots=True)
+class UnreadableLines:
+    """The lines that held no entry (not JSON, not hex, ...): how many, and the first."""
+
+    count: int = 0
+    first: str | None = None  # `file:line: message`
+
+    def add(self, line: BadLine) -> None:
+        self.count += 1
+        if self.first is None:
+            self.first = f"{line.path}:{line.line}: {line.error.message}"
+
+
+def ingest_summary(counts: IngestCounts, unreadable: UnreadableLines, conflicts: int) -> list[str]:
+    """The counts, as ever on the first line (scripts read it); what the rejected ones
+    were; and what was not checked yet (`CHECKED_NOTE`)."""
+    lines = [
+        f"accepted {counts.accepted}, duplicate {counts.duplicate}, rejected {counts.rejected}"
+    ]
+    if counts.rejected:
+        lines.append(f"rejected here: {rejected_here(counts, unreadable, conflicts)}")
+    lines.append(CHECKED_NOTE)
+    return lines
+
+
+def rejected_here(counts: IngestCounts, unreadable: UnreadableLines, conflicts: int) -> str:
+    """The kinds of rejection ingest itself finds, the ones there were: lines without
+    an entry (not stored), entries stored with their reason (they do not decode, or the
+    payload is not theirs), copies with another payload (not stored)."""
+    stored = counts.rejected - unreadable.count - conflicts
+    parts = []
+    if unreadable.count:
+        parts.append(f"unreadable lines {unreadable.count} (first: {unreadable.first})")
+    if stored:
+        parts.append(f"stored with their reason {stored} (not an entry, or not its payload)")
+    if conflicts:
+        parts.append(f"payload conflicts {conflicts} (not stored)")
+    return "; ".join(parts)
 
 
 def _check_readable(path: str) -> None:
@@ -109,14 +175,18 @@ class Places:
         self._prefix = CLEAR_LINE if clear else ""
         self._places: deque[tuple[str, int]] = deque()
         self._first = 0  # the input position of `_places[0]`
+        self.conflicts = 0  # copies not stored as `payload-conflict`
 
-    def read(self, paths: Sequence[str]) -> Iterator[Item]:
+    def read(self, paths: Sequence[str], sources: Mapping[str, int]) -> Iterator[Item]:
+        """The items of the files, each entry with its file's id in `sources` and its
+        line, which the store keeps (`store.ingest.Sourced`)."""
         for path, line, item in read_located_lines(paths):
             self._places.append((path, line))
-            yield item
+            yield item if isinstance(item, BadLine) else (*item, sources[path], line)
 
     def conflict(self, found: Conflict) -> None:
         """Say on stderr which line's copy was not stored, and why."""
+        self.conflicts += 1
         path, line = self._places[found.position - self._first]
         print(
             f"{self._prefix}warning: {Reason.PAYLOAD_CONFLICT}: {path}:{line}: {found.message}",
@@ -130,12 +200,13 @@ class Places:
             self._first += 1
 
 
-def _warn_bad_lines(items: Iterable[Item], *, clear: bool) -> Iterator[Item]:
+def _warn_bad_lines(items: Iterable[Item], *, clear: bool, seen: UnreadableLines) -> Iterator[Item]:
     """Pass every item on; say on stderr where each bad line is and why (first clearing
-    the progress line, on a terminal)."""
+    the progress line, on a terminal), and count it in `seen`."""
     prefix = CLEAR_LINE if clear else ""
     for item in items:
         if isinstance(item, BadLine):
+            seen.add(item)
             error = item.error
             print(
                 f"{prefix}warning: {error.reason}: {item.path}:{item.line}: {error.message}",
@@ -221,6 +292,10 @@ def run_status(args: argparse.Namespace) -> int:
     from p2panda_assets.statuses import SchemaStatus
     from p2panda_assets.store.registry import status_rows, store_totals
 
+    if args.rejected is not None:
+        return run_rejected(args.rejected or None, wide=args.wide)
+    if args.wide:
+        raise P2pandaError(Reason.BAD_USAGE, "panda status: --wide goes with --rejected")
     with open_store() as conn:
         rows = status_rows(conn)
         totals = store_totals(conn)
@@ -232,6 +307,28 @@ def run_status(args: argparse.Namespace) -> int:
             print(f"{row.status} {row.schema_id}: {row.status_message}")
         if row.view_conflict:
             print(f"no view for {row.schema_id}: {row.view_conflict}")
+    return 0
+
+
+def run_rejected(schema: str | None, *, wide: bool) -> int:
+    """`panda status --rejected [NAME|SCHEMA_ID]`: every rejected entry of the schema,
+    or of the store (those rejected before their log had a schema, too)."""
+    from p2panda_assets.coordination import resolve_schema_id
+    from p2panda_assets.store.registry import registered_schemas, store_totals
+    from p2panda_assets.store.rejections import rejections as rejected_entries
+
+    with open_store() as conn:
+        names = {row.schema_id: row.shown_name for row in registered_schemas(conn)}
+        schema_id = None if schema is None else resolve_schema_id(schema, names, "is registered")
+        found = rejected_entries(conn, schema_id)
+        unprocessed = store_totals(conn).unprocessed
+    scope = "the store" if schema_id is None else f"schema {schema_id}"
+    print(rejections.summary_line(len(found), scope))
+    if found:
+        print(format_table(rejections.COLUMNS, rejections.rows_of(found, names, wide=wide)))
+    note = rejections.unverified_note(unprocessed)
+    if note:
+        print(note, file=sys.stderr)
     return 0
 
 

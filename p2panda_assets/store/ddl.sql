@@ -259,6 +259,19 @@ WHERE EXISTS (SELECT 1 FROM p2panda.schemas o
 CREATE UNIQUE INDEX IF NOT EXISTS schemas_registered_name
     ON p2panda.schemas (registered_name);
 
+-- Where entries were ingested from (store/ingest_sources.py): one row per file a
+-- `panda ingest` read, and on each entry it stored that row's id and the line the entry
+-- was on (12 bytes an entry, not its path); a copy that replaced a stored one (the right
+-- payload after a wrong one) names its own line. Entries that came another way (an app's
+-- INSERT, a bench) have none. `panda status --rejected` shows them as `file:line`.
+CREATE TABLE IF NOT EXISTS p2panda.ingest_sources (
+    id          bigserial PRIMARY KEY,
+    path        text NOT NULL,
+    ingested_at timestamptz NOT NULL DEFAULT now()
+);
+ALTER TABLE p2panda.entries ADD COLUMN IF NOT EXISTS source_id bigint;
+ALTER TABLE p2panda.entries ADD COLUMN IF NOT EXISTS source_line integer;
+
 -- This text changes with a release that changes the store (it is applied again then, and
 -- only then): the next run indexes again, so the chained messages in the columnar store
 -- have the columns this release reads (the `batch` of each message was added so), and

@@ -23,6 +23,10 @@ L-DUPLICATE, docs/semantics.md):
   caller says so, as nothing in the store records it);
 - a line that is not an entry at all (`BadLine`) is `rejected` and not stored.
 
+An item may name where it was read (`Sourced`: the id of its file in
+`p2panda.ingest_sources`, and its line): the stored copy keeps them, so that a rejection
+found later can name its `file:line`.
+
 Copies of one entry within a batch are merged one after the other, in input order
 (`rounds`): the second copy of each entry after the first copies of all, and so on.
 """
@@ -55,17 +59,30 @@ PAYLOAD_VERDICTS = (
     Reason.MISSING_PAYLOAD.value,
 )
 
-# One row of the store: hash, entry, payload, author, log_id, seq_num, verdict, message.
+# One row of the store: hash, entry, payload, author, log_id, seq_num, verdict, message,
+# source_id, source_line.
 Row = tuple[
-    bytes, bytes, bytes | None, bytes | None, int | None, int | None, str | None, str | None
+    bytes,
+    bytes,
+    bytes | None,
+    bytes | None,
+    int | None,
+    int | None,
+    str | None,
+    str | None,
+    int | None,
+    int | None,
 ]
-Item = tuple[bytes, bytes | None] | BadLine
+# (entry, payload, the id of its file in p2panda.ingest_sources, its line in that file)
+Sourced = tuple[bytes, bytes | None, int, int]
+Item = tuple[bytes, bytes | None] | Sourced | BadLine
 
 _STAGING = "p2panda_ingest_staging"
 _CREATE_STAGING = f"""
 CREATE TEMPORARY TABLE IF NOT EXISTS {_STAGING} (
     hash bytea, entry bytea, payload bytea, author bytea, log_id numeric(20, 0),
-    seq_num numeric(20, 0), verdict text, verdict_message text
+    seq_num numeric(20, 0), verdict text, verdict_message text, source_id bigint,
+    source_line integer
 ) ON COMMIT DELETE ROWS
 """
 _COPY_STAGING = f"COPY {_STAGING} FROM STDIN"
@@ -75,16 +92,19 @@ _COPY_STAGING = f"COPY {_STAGING} FROM STDIN"
 # waits for verification like a new one. A copy with a wrong payload replaces one too, if
 # its (verdict, message) sorts first in the "C" collation, by code point: as the engine
 # keeps the smallest rejection, so which copy the store holds does not depend on the
-# order the copies arrived in.
+# order the copies arrived in. A replacing copy brings its own source and line.
 _MERGE = f"""
 WITH written AS (
     INSERT INTO p2panda.entries AS e
-        (hash, entry, payload, author, log_id, seq_num, verdict, verdict_message)
-    SELECT hash, entry, payload, author, log_id, seq_num, verdict, verdict_message
+        (hash, entry, payload, author, log_id, seq_num, verdict, verdict_message, source_id,
+         source_line)
+    SELECT hash, entry, payload, author, log_id, seq_num, verdict, verdict_message, source_id,
+        source_line
     FROM {_STAGING} ORDER BY hash
     ON CONFLICT (hash) DO UPDATE SET
         payload = EXCLUDED.payload, verdict = EXCLUDED.verdict,
-        verdict_message = EXCLUDED.verdict_message,
+        verdict_message = EXCLUDED.verdict_message, source_id = EXCLUDED.source_id,
+        source_line = EXCLUDED.source_line,
         ingest_seq = nextval(pg_get_serial_sequence('p2panda.entries', 'ingest_seq')),
         received_at = now()
     WHERE e.verdict = ANY(%(payload_verdicts)s) AND (
@@ -314,13 +334,17 @@ def store_round(conn: psycopg.Connection, round_: Round) -> Merged:
     return Merged(IngestCounts(good, duplicate, bad + len(conflicts)), conflicts)
 
 
-def check_entry(entry: bytes, payload: bytes | None) -> Row:
-    """The row for one (entry, payload) pair, with a verdict where ingest can give one."""
+def check_entry(
+    entry: bytes, payload: bytes | None, source_id: int | None = None, line: int | None = None
+) -> Row:
+    """The row for one (entry, payload) pair, with a verdict where ingest can give one,
+    and where it was read if the caller says."""
     try:
         decoded = decode_entry(entry)
     except P2pandaError as error:
         hash_ = DEFAULT_ALGORITHM.hash(entry)
-        return (hash_, entry, payload, None, None, None, error.reason.value, error.message)
+        reason, why = error.reason.value, error.message
+        return (hash_, entry, payload, None, None, None, reason, why, source_id, line)
     verdict = message = None
     try:
         check_payload(decoded, payload)
@@ -335,16 +359,19 @@ def check_entry(entry: bytes, payload: bytes | None) -> Row:
         decoded.seq_num,
         verdict,
         message,
+        source_id,
+        line,
     )
 
 
 def _copy_line(row: Row) -> str:
     """One row in COPY's text format; hex and str.join do the work in C, several times
     faster than adapting each value (binary COPY measured no faster end to end)."""
-    hash_, entry, payload, author, log_id, seq_num, verdict, message = row
+    hash_, entry, payload, author, log_id, seq_num, verdict, message, source_id, line = row
     return (
         f"\\\\x{hash_.hex()}\t\\\\x{entry.hex()}\t{_bytea(payload)}\t{_bytea(author)}\t"
-        f"{_null(log_id)}\t{_null(seq_num)}\t{_text(verdict)}\t{_text(message)}\n"
+        f"{_null(log_id)}\t{_null(seq_num)}\t{_text(verdict)}\t{_text(message)}\t"
+        f"{_null(source_id)}\t{_null(line)}\n"
     )
 
 

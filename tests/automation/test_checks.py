@@ -137,6 +137,13 @@ def test_accounting_counts_rejections_by_reason(store: Store) -> None:
     assert metadata["rejected_by_reason"].value == {"validation-failed": 1}
     assert metadata["stored"].value == 3 + 3  # schema log (meta, 2 migrations), 3 letters
     assert metadata["applied"].value + metadata["superseded"].value == 5
+    # The rejected entry by name, in the columns `panda status --rejected` shows; ingested
+    # by the library, not from a file, it has no `from`.
+    (record,) = metadata["rejected_entries"].value.records
+    assert record.data["reason"] == "validation-failed"
+    assert len(record.data["hash"]) == 68 and record.data["from"] is None
+    assert (record.data["log"], record.data["message"] is not None) == (1, True)
+    assert metadata["rejected_entries_shown"].value == "1 of 1"
 
 
 def test_checks_that_guard_data_flowing_on_are_blocking() -> None:

@@ -110,7 +110,10 @@ def test_panda_ingest_warns_with_the_file_and_line_of_the_conflict(
     capsys.readouterr()
     assert main(["ingest", str(again)]) == 0
     out, err = capsys.readouterr()
-    assert out == "accepted 0, duplicate 1, rejected 1\n"
+    assert out.splitlines()[:2] == [
+        "accepted 0, duplicate 1, rejected 1",
+        "rejected here: payload conflicts 1 (not stored)",
+    ]
     assert err.startswith(f"warning: {Reason.PAYLOAD_CONFLICT}: ")
     assert err == (
         f"warning: payload-conflict: {again}:2: entry {decode_entry(entry).hash.hex()} is"

@@ -9,6 +9,7 @@ import psycopg
 import pytest
 
 from p2panda_assets.cli.main import main
+from p2panda_assets.cli.store_cmd import CHECKED_NOTE
 from p2panda_assets.defs.orchestration import shown_built_from
 from p2panda_assets.defs.partitions import BUILT_FROM, CARRIED_FROM, FAMILY, SCHEMAS
 from p2panda_assets.jsonlines import UTF8_BOM, entry_line
@@ -35,13 +36,17 @@ def test_ingest_prints_counts_and_warns_about_bad_lines(
     )
     code, out, err = run(capsys, "ingest", str(first), str(second))
     assert code == 0
-    assert out == "accepted 4, duplicate 1, rejected 2\n"
+    assert out.splitlines() == [
+        "accepted 4, duplicate 1, rejected 2",
+        f"rejected here: unreadable lines 2 (first: {second}:2: not a JSON object)",
+        CHECKED_NOTE,
+    ]
     assert err.splitlines() == [
         f"warning: bad-input: {second}:2: not a JSON object",
         f"warning: bad-hex: {second}:4: entry or payload is not hex",
     ]
     code, out, _ = run(capsys, "ingest", str(first))
-    assert (code, out) == (0, "accepted 0, duplicate 3, rejected 0\n")
+    assert (code, out.splitlines()[0]) == (0, "accepted 0, duplicate 3, rejected 0")
 
 
 def test_json_python_cannot_read_is_a_bad_line_and_the_lines_beside_it_are_kept(
@@ -61,7 +66,7 @@ def test_json_python_cannot_read_is_a_bad_line_and_the_lines_beside_it_are_kept(
     hostile.write_bytes(UTF8_BOM + "".join(line + "\n" for line in lines).encode())
     code, out, err = run(capsys, "ingest", str(hostile))
     assert code == 0
-    assert out == "accepted 3, duplicate 0, rejected 2\n"
+    assert out.splitlines()[0] == "accepted 3, duplicate 0, rejected 2"
     deep, long = err.splitlines()
     assert deep == f"warning: bad-input: {hostile}:2: JSON nested too deeply"
     assert long.startswith(f"warning: bad-input: {hostile}:4: JSON not read: Exceeds the limit")
@@ -76,7 +81,7 @@ def test_ingest_of_an_unreadable_file_stores_nothing(
     assert code != 0 and out == ""
     assert err.startswith(f"error: unreadable-file: {missing}: ")
     code, out, _ = run(capsys, "ingest", str(good))
-    assert out == "accepted 1, duplicate 0, rejected 0\n"
+    assert out.splitlines()[0] == "accepted 1, duplicate 0, rejected 0"
 
 
 def test_a_line_that_is_not_utf8_is_rejected_and_the_good_line_beside_it_kept(
@@ -87,7 +92,7 @@ def test_a_line_that_is_not_utf8_is_rejected_and_the_good_line_beside_it_kept(
     mixed.write_bytes(b"\xff\xfe\x00garbage\n" + entry_line(entry, payload).encode() + b"\n")
     code, out, err = run(capsys, "ingest", str(mixed))
     assert code == 0
-    assert out == "accepted 1, duplicate 0, rejected 1\n"
+    assert out.splitlines()[0] == "accepted 1, duplicate 0, rejected 1"
     assert err == f"warning: bad-input: {mixed}:1: the line is not UTF-8 text\n"
 
 

@@ -31,6 +31,7 @@ WRITERS = {
     "deleted_instances": "p2panda_assets/store/deleted_instances.py",
     "entries": "p2panda_assets/store/ingest.py",
     "index_state": "p2panda_assets/store/index_state.py",
+    "ingest_sources": "p2panda_assets/store/ingest_sources.py",
     "layer_digests": "p2panda_assets/store/layer_digests.py",
     "logs": "p2panda_assets/store/logs.py",
     "message_index": "p2panda_assets/store/message_index.py",

@@ -1,5 +1,7 @@
 """`entries_are_accounted`: applied + superseded + pending + rejected = the stored entries
-of the schema's logs, each accounted exactly once (rule A-ONCE, docs/semantics.md)."""
+of the schema's logs, each accounted exactly once (rule A-ONCE, docs/semantics.md). Its
+metadata names the partition's rejected entries (`rejected_entries`), the first
+`REJECTED_SHOWN`, so that a count in the UI leads to the entries behind it."""
 
 from typing import Any
 
@@ -12,6 +14,18 @@ from p2panda_assets.defs.resources import PostgresResource
 from p2panda_assets.engine.corpus import State
 from p2panda_assets.store.accounting import account_totals, accounts_by_state
 from p2panda_assets.store.registry import shown_name_of
+from p2panda_assets.store.rejections import Rejection, rejected_count, rejections
+
+REJECTED_SHOWN = 100  # rows of the table in the check's metadata: the UI shows them all
+REJECTED_COLUMNS = (
+    dg.TableColumn("hash", "string", description="the entry hash, hex"),
+    dg.TableColumn("author", "string", description="hex"),
+    dg.TableColumn("log", "int"),
+    dg.TableColumn("seq", "int"),
+    dg.TableColumn("reason", "string", description="reason code"),
+    dg.TableColumn("from", "string", description="file:line it was ingested from"),
+    dg.TableColumn("message", "string"),
+)
 
 
 def accounting(conn: psycopg.Connection, schema_id: str) -> tuple[list[str], dict[str, Any]]:
@@ -51,6 +65,34 @@ def accounting(conn: psycopg.Connection, schema_id: str) -> tuple[list[str], dic
     return lines, counts
 
 
+def rejected_entries(conn: psycopg.Connection, schema_id: str) -> dict[str, Any]:
+    """The schema's rejected entries as a metadata table, bounded (`REJECTED_SHOWN`),
+    with how many there are in all."""
+    found = rejections(conn, schema_id, limit=REJECTED_SHOWN)
+    return {
+        "rejected_entries": dg.MetadataValue.table(
+            records=[rejected_record(rejection) for rejection in found],
+            schema=dg.TableSchema(columns=list(REJECTED_COLUMNS)),
+        ),
+        "rejected_entries_shown": f"{len(found)} of {rejected_count(conn, schema_id)}",
+    }
+
+
+def rejected_record(rejection: Rejection) -> dg.TableRecord:
+    """One rejected entry, the columns `panda status --rejected` shows."""
+    return dg.TableRecord(
+        {
+            "hash": rejection.hash.hex(),
+            "author": None if rejection.author is None else rejection.author.hex(),
+            "log": rejection.log_id,
+            "seq": rejection.seq_num,
+            "reason": rejection.reason,
+            "from": rejection.place,
+            "message": rejection.message,
+        }
+    )
+
+
 @dg.asset_check(
     asset=materialized_table,
     partitions_def=schemas,
@@ -63,9 +105,10 @@ def entries_are_accounted(
     with postgres.connect() as conn:
         schema_id = registered_partition(conn, context.partition_key)
         lines, counts = accounting(conn, schema_id)
+        rejected = rejected_entries(conn, schema_id)
         name = shown_name_of(conn, schema_id) or schema_id
     return dg.AssetCheckResult(
         passed=not lines,
         description="ok" if not lines else "; ".join(lines),
-        metadata={"schema_name": name, **counts},
+        metadata={"schema_name": name, **counts, **rejected},
     )
