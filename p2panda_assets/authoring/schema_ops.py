@@ -79,8 +79,9 @@ class ChangePreview:
 
 
 def needs_confirmation(kind: Kind, effect: DataEffect | None) -> bool:
-    """Publishing asks for `--yes` when rows would be rejected. Without counts, every
-    breaking revert asks: it rejects whatever the store holds at the versions it kills."""
+    """Rule P-CONFIRM (docs/semantics.md): publishing asks for `--yes` when rows would
+    be rejected. Without counts every breaking revert asks: it rejects whatever the
+    store holds at the versions it kills."""
     if effect is None:
         return kind is Kind.BREAKING
     return effect.rejects > 0
