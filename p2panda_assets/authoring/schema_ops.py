@@ -210,9 +210,8 @@ def _stored_table(pairs: Pairs, schema_id: str, name: str, local_end: int) -> Ta
     table = corpus.tables.get(schema_id)
     if table is None:
         why = corpus.pending.get(schema_id)
-        return (
-            f"{name} has no table from the store's entries ({why.reason if why else ''}): no counts"
-        )
+        detail = f"{why.reason}: {why.message}" if why else "it is not built"
+        return f"{name} has no table from the store's entries ({detail}): no counts"
     return table
 
 

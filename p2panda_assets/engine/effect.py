@@ -10,6 +10,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from p2panda_assets.engine.corpus import Corpus, Row, Table
+from p2panda_assets.engine.lens import Value
 
 DROPPED = "dropped"  # the new version leaves no field: the table goes (rule S-DROP)
 GONE = "gone"  # a row that left for no rejection of its own (a cascade, say)
@@ -75,4 +76,10 @@ def _why_gone(after: Corpus, instance_id: bytes, table: Table | None) -> str:
 
 def _values_differ(old: Row, new: Row) -> bool:
     common = old.values.keys() & new.values.keys()
-    return any(old.values[name] != new.values[name] for name in common)
+    return any(not _same(old.values[name], new.values[name]) for name in common)
+
+
+def _same(a: Value, b: Value) -> bool:
+    """Equal, or both NaN (alone or in an array): a NaN kept as it was is no change,
+    though NaN != NaN."""
+    return a == b or repr(a) == repr(b)

@@ -127,3 +127,19 @@ def test_without_a_store_a_breaking_revert_says_so_and_needs_yes(
         " update written at version 3: pass --yes to publish it; nothing was published",
     ]
     ok(keyed("schema", "mail", "revert", "--target", "2", "--yes", "--out", out))
+
+
+def test_a_store_behind_the_local_log_gives_no_counts_and_says_why(
+    keyed: Run, stored: Path, tmp_path: Path
+) -> None:
+    """Version 4 is not ingested: the revert would not chain onto the stored log, so
+    the class alone is said, and the breaking revert needs `--yes` as without a store."""
+    ok(keyed("schema", "mail", "migrate", definition(tmp_path, "3.yaml", SINGLE_LINE)))
+    code, _, err = keyed("schema", "mail", "revert", "--target", "3", "--out", stored)
+    assert code == 1
+    assert err.splitlines()[:2] == [
+        "revert to version 3 (breaking)",
+        "note: the store holds mail up to version 3, the local log is at 4: no counts"
+        " (ingest the schema log first)",
+    ]
+    assert err.splitlines()[-1].startswith(f"error: {Reason.UNCONFIRMED}: ")
