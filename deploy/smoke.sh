@@ -228,7 +228,7 @@ story publish create --schema profile --field "name=Sloth"
 story publish create --schema slothmail --field "subject=#1 Hi"
 story schema slothmail migrate slothmail-002.yaml                               # 3: attachments
 story schema slothmail migrate slothmail-003.yaml                               # 4: subjects
-story schema slothmail revert --target 3                                        # 5: as 3
+story schema slothmail revert --target 3 --yes                                  # 5: as 3
 author preview story.jsonl --schema slothmail > "$logs/preview-slothmail.jsonl" \
   || fail "panda preview"
 author preview story.jsonl --schema profile > "$logs/preview-profile.jsonl" \

@@ -91,6 +91,10 @@ class Reason(StrEnum):
     SCHEMA_EXISTS = "schema-exists"  # `panda schema NAME init` for a name already authored here
     UNKNOWN_SCHEMA = "unknown-schema"  # a command names a schema this home does not know
     NAME_TAKEN = "name-taken"  # `panda register --name`: another registered schema holds it
+    NO_CHANGE = "no-change"  # `panda schema NAME revert` that changes nothing, without --force
+    # A revert or migration that would reject instances, not confirmed (`--yes`, or y at
+    # the prompt of a terminal): nothing is published.
+    UNCONFIRMED = "unconfirmed"
     DATABASE_UNAVAILABLE = "database-unavailable"  # the database cannot be started or reached
     # This machine lacks what Spark needs (Java, the PostgreSQL JDBC driver): said before
     # Spark starts, not as its Java stack trace (`setup_checks.preflight`; `panda doctor`).

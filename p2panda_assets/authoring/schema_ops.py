@@ -5,6 +5,8 @@ before anything is written: a migration the engine would reject (and so freeze t
 schema at the version before, for good) is refused with the engine's reason instead.
 `migrate --check` goes one step further without publishing: the class of the migration
 (safe or lossy) and, against the entries published so far, how many values fall back.
+`migrate` and `revert` say what they would do before they publish (`ChangePreview`): the
+class, and against the store's entries how many instances they reject or change.
 """
 
 from __future__ import annotations
@@ -22,9 +24,12 @@ from p2panda_assets.engine.compatibility import (
     Kind,
     classify,
     hidden_values,
+    killed_versions,
     predict_fallbacks,
+    revert_kind,
 )
 from p2panda_assets.engine.corpus import Corpus, Table, reduce_corpus
+from p2panda_assets.engine.effect import DataEffect, data_effect
 from p2panda_assets.engine.lens import EMPTY_LENS
 from p2panda_assets.engine.schema_log import SchemaHistory
 from p2panda_assets.errors import P2pandaError, Reason
@@ -37,14 +42,60 @@ from p2panda_assets.protocol.messages import (
     SchemaRevert,
 )
 
+Pairs = Sequence[tuple[bytes, bytes | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class StoreView:
+    """The store's entries (`pairs`), or None and why there are none to count against."""
+
+    pairs: Pairs | None
+    why_not: str = ""
+
+
+NO_STORE = StoreView(None, "no store was asked: no counts")
+
+
+@dataclass(frozen=True, slots=True)
+class ChangePreview:
+    """What publishing a migration or revert would do, said before it is: its class, and
+    with the store's entries the effect on the data (else `why_no_counts`)."""
+
+    what: str
+    kind: Kind
+    effect: DataEffect | None
+    why_no_counts: str = ""
+    killed: tuple[int, ...] = ()
+
+    def lines(self) -> list[str]:
+        head = f"{self.what} ({self.kind})"
+        if self.effect is not None:
+            return [f"{head}: {self.effect.text}"]
+        return [head, f"note: {self.why_no_counts}"]
+
+    @property
+    def needs_yes(self) -> bool:
+        return needs_confirmation(self.kind, self.effect)
+
+
+def needs_confirmation(kind: Kind, effect: DataEffect | None) -> bool:
+    """Rule P-CONFIRM (docs/semantics.md): publishing asks for `--yes` when rows would
+    be rejected. Without counts every breaking revert asks: it rejects whatever the
+    store holds at the versions it kills."""
+    if effect is None:
+        return kind is Kind.BREAKING
+    return effect.rejects > 0
+
 
 @dataclass(slots=True)
 class SchemaOutcome:
-    """What a schema command published: the schema, its new version, lines for people."""
+    """What a schema command published: the schema, its new version, lines for people,
+    and (migrate, revert) what it does to the data, for the command to confirm."""
 
     schema_id: str
     version: int
     notes: list[str] = field(default_factory=list)
+    preview: ChangePreview | None = None
 
     @property
     def result(self) -> str:
@@ -93,13 +144,75 @@ def init_schema(
     return SchemaOutcome(schema_id, version, notes)
 
 
-def migrate_schema(session: Session, name: str, definition: Definition) -> SchemaOutcome:
-    """A schema-meta (if the file has `meta`), then a schema-migration of its `fields`."""
+def migrate_schema(
+    session: Session, name: str, definition: Definition, store: StoreView = NO_STORE
+) -> SchemaOutcome:
+    """A schema-meta (if the file has `meta`), then a schema-migration of its `fields`;
+    with what it does to the data of `store` (nothing is committed here)."""
     record, history = _own_schema(session, name)
+    first = len(session.published)
     messages = _migration_messages(session, name, definition, history)
     version = _append_checked(session, record, messages)
+    after = local_history(session.me.author, record)
+    kind = migration_compatibility(after, version).kind
+    what = f"migrate to version {version}"
+    preview = _preview(session, name, what, kind, store, first, history)
     notes = [*_describe(messages), f"Published {name} version {version}"]
-    return SchemaOutcome(session.me.schemas[name].schema_id, version, notes)
+    return SchemaOutcome(session.me.schemas[name].schema_id, version, notes, preview)
+
+
+def migration_compatibility(history: SchemaHistory, version: int) -> Compatibility:
+    """The class of `version` of a folded log: its migration's, or safe for a meta alone."""
+    migration = history.versions[version].migration
+    if migration is None:
+        return Compatibility(Kind.SAFE, ())
+    return classify(history.versions[version].before, migration, history.versions[version].lens)
+
+
+def _preview(
+    session: Session,
+    name: str,
+    what: str,
+    kind: Kind,
+    store: StoreView,
+    first: int,
+    before: SchemaHistory,
+) -> ChangePreview:
+    """The class `kind` of the entries `session` published from index `first` on, and
+    what they do to the store's data: its entries reduced as they are and with them."""
+    after = local_history(session.me.author, session.me.logs[session.me.schemas[name].log_id])
+    killed = tuple(killed_versions(before, after))
+    if store.pairs is None:
+        return ChangePreview(what, kind, None, store.why_not, killed)
+    schema_id = session.me.schemas[name].schema_id
+    local_end = max(before.entry_hashes, default=0)
+    table = _stored_table(store.pairs, schema_id, name, local_end)
+    if isinstance(table, str):
+        return ChangePreview(what, kind, None, table, killed)
+    new = [(p.entry, p.payload) for p in session.published[first:]]
+    effect = data_effect(table, reduce_corpus([*store.pairs, *new]))
+    return ChangePreview(what, kind, effect, killed=killed)
+
+
+def _stored_table(pairs: Pairs, schema_id: str, name: str, local_end: int) -> Table | str:
+    """The schema's table from the store's entries, or why it gives no counts: the store
+    must hold the schema log up to the local log's end, or the new entry would not chain."""
+    corpus = reduce_corpus(pairs)
+    history = corpus.histories.get(schema_id)
+    stored_end = max(history.entry_hashes, default=0) if history else 0
+    if stored_end == 0:
+        return f"the store holds no entries of the schema log of {name}: no counts"
+    if stored_end != local_end:
+        return (
+            f"the store holds {name} up to version {stored_end}, the local log is at "
+            f"{local_end}: no counts (ingest the schema log first)"
+        )
+    table = corpus.tables.get(schema_id)
+    if table is None:
+        why = corpus.pending.get(schema_id)
+        detail = f"{why.reason}: {why.message}" if why else "it is not built"
+        return f"{name} has no table from the store's entries ({detail}): no counts"
+    return table
 
 
 def _migration_messages(
@@ -182,11 +295,7 @@ def check_migration(
     version = _append_checked(trial, record, messages)
     after = local_history(trial.me.author, record)
     migration = after.versions[version].migration
-    compatibility = (
-        Compatibility(Kind.SAFE, ())
-        if migration is None
-        else classify(after.versions[version].before, migration, after.versions[version].lens)
-    )
+    compatibility = migration_compatibility(after, version)
     schema_id = trial.me.schemas[name].schema_id
     check = MigrationCheck(schema_id, version, compatibility)
     if migration is None:
@@ -246,11 +355,17 @@ def _table_at(corpus: Corpus, schema_id: str, name: str, version: int, where: st
     return table
 
 
-def revert_schema(session: Session, name: str, target: int) -> SchemaOutcome:
-    """A schema-revert restoring version `target`."""
-    record, _ = _own_schema(session, name)
+def revert_schema(
+    session: Session, name: str, target: int, store: StoreView = NO_STORE
+) -> SchemaOutcome:
+    """A schema-revert restoring version `target`; with what it does to the data of
+    `store` (nothing is committed here)."""
+    record, before = _own_schema(session, name)
+    first = len(session.published)
     version = _append_checked(session, record, [SchemaRevert(target)])
     history = local_history(session.me.author, record)
+    kind = revert_kind(before, history)
+    preview = _preview(session, name, f"revert to version {target}", kind, store, first, before)
     notes = []
     if history.versions[version].ignored_revert:
         notes.append(
@@ -258,7 +373,7 @@ def revert_schema(session: Session, name: str, target: int) -> SchemaOutcome:
             f"{target}, so this revert changes nothing"
         )
     notes.append(f"Published {name} version {version} (reverted to version {target})")
-    return SchemaOutcome(session.me.schemas[name].schema_id, version, notes)
+    return SchemaOutcome(session.me.schemas[name].schema_id, version, notes, preview)
 
 
 def _own_schema(session: Session, name: str) -> tuple[LogRecord, SchemaHistory]:

@@ -438,7 +438,7 @@ def run_demo(args: argparse.Namespace) -> int:
         print(f"== {opening(before)}\n{served}")
         print_table(before)
         print(f"\n== {revert_heading(before)}")
-        author.run("schema", "slothmail", "revert", "--target", "3")
+        author.run("schema", "slothmail", "revert", "--target", "3", "--yes")
         print(serve(story, author))
         after = snapshot(slothmail, story)
         print_table(after)

@@ -31,8 +31,12 @@ from p2panda_assets.protocol.messages import FieldChange, SchemaMigration
 
 
 class Kind(StrEnum):
+    """A migration is safe or lossy; a revert is breaking or a no-op (`revert_kind`)."""
+
     SAFE = "safe"
     LOSSY = "lossy"
+    BREAKING = "breaking"
+    NO_OP = "no-op"
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +80,22 @@ def history_compatibility(history: SchemaHistory) -> dict[int, Compatibility]:
         for seq, version in sorted(history.versions.items())
         if version.migration is not None
     }
+
+
+def revert_kind(before: SchemaHistory, after: SchemaHistory) -> Kind:
+    """The class of the revert that turned `before` into `after` (rule S-REVERT-1):
+    *breaking* when it kills a version that was alive, since every create and update
+    written at it is then rejected (`reverted-version`), however few the store holds;
+    a *no-op* when it kills none and leaves the lens as it is (its target is the
+    latest version, or an earlier revert makes it ignored, rule S-REVERT-2)."""
+    if killed_versions(before, after):
+        return Kind.BREAKING
+    return Kind.NO_OP if after.lens == before.lens else Kind.SAFE
+
+
+def killed_versions(before: SchemaHistory, after: SchemaHistory) -> list[int]:
+    """The versions alive in `before` that are dead in `after`."""
+    return sorted(seq for seq in before.versions if seq not in before.dead and seq in after.dead)
 
 
 def _classify_change(change: FieldChange, before: Lens, after: Lens) -> ChangeClass:

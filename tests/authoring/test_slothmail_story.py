@@ -151,7 +151,9 @@ def test_revert_brings_back_attachments_and_the_original_subject(keyed: Run, sto
             out,
         )
     )
-    code, stdout, err = keyed("schema", "slothmail", "revert", "--target", "3", "--out", out)
+    code, stdout, err = keyed(
+        "schema", "slothmail", "revert", "--target", "3", "--yes", "--out", out
+    )
     assert code == 0 and stdout.strip() == f"{story['slothmail']} version 5"
     assert "Published slothmail version 5" in err
     rows = preview(keyed, out, story["slothmail"])
@@ -182,7 +184,7 @@ def test_delete_at_a_version_the_revert_kills_still_applies(keyed: Run, story: d
         == story["m3"]
     )
     assert story["m3"] not in preview(keyed, out, story["slothmail"])
-    ok(keyed("schema", "slothmail", "revert", "--target", "3", "--out", out))
+    ok(keyed("schema", "slothmail", "revert", "--target", "3", "--yes", "--out", out))
     rows = preview(keyed, out, story["slothmail"])
     assert story["m3"] not in rows
     assert set(rows) == {story["m1"], story["m2"]}
@@ -190,7 +192,7 @@ def test_delete_at_a_version_the_revert_kills_still_applies(keyed: Run, story: d
 
 def test_after_the_revert_the_dead_version_is_refused_locally(keyed: Run, story: dict) -> None:
     out = story["out"]
-    ok(keyed("schema", "slothmail", "revert", "--target", "3", "--out", out))
+    ok(keyed("schema", "slothmail", "revert", "--target", "3", "--yes", "--out", out))
     before = out.read_bytes()
     code, _, err = keyed(
         "publish",

@@ -49,7 +49,7 @@ class Story:
 
     def revert(self) -> None:
         """Version 5 of slothmail: revert to version 3 (version 4 dead)."""
-        self.author.run("schema", "slothmail", "revert", "--target", "3")
+        self.author.run("schema", "slothmail", "revert", "--target", "3", "--yes")
 
     def serve(self, panda: Panda) -> None:
         """Ingest the whole file, register the three schemas by name, materialize."""
