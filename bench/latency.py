@@ -50,6 +50,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 from dagster import DagsterInstance, DagsterRun
 from dagster._daemon.sensor import MIN_INTERVAL_LOOP_TIME
@@ -216,6 +217,18 @@ class Sample:
     phases: dict[str, float]  # where the time went, from the run's events
 
 
+def first_run_after(instance: DagsterInstance, ingested_at: float, schema_id: str) -> Any:
+    """The record of the partition's first run created at or after `ingested_at` (a Unix
+    timestamp), None if there is none yet."""
+    import dagster as dg
+
+    records = instance.get_run_records(
+        filters=dg.RunsFilter(tags={"dagster/partition": schema_id}), limit=20
+    )
+    records = [r for r in records if r.create_timestamp.timestamp() >= ingested_at]
+    return min(records, key=lambda r: r.create_timestamp) if records else None
+
+
 def phases(ingested_at: float, schema_id: str) -> dict[str, float]:
     """The first run of the partition created after the ingest, cut at its events:
     until a sensor requested it, in Dagster's queue, until it began executing, and its
@@ -223,13 +236,9 @@ def phases(ingested_at: float, schema_id: str) -> dict[str, float]:
     import dagster as dg
 
     with dg.DagsterInstance.get() as instance:
-        records = instance.get_run_records(
-            filters=dg.RunsFilter(tags={"dagster/partition": schema_id}), limit=20
-        )
-        records = [r for r in records if r.create_timestamp.timestamp() >= ingested_at]
-        if not records:
+        record = first_run_after(instance, ingested_at, schema_id)
+        if record is None:
             return {}
-        record = min(records, key=lambda r: r.create_timestamp)
         marks = {"requested": record.create_timestamp.timestamp()}
         started: dict[str, float] = {}
         steps: dict[str, float] = {}  # the steps up to the table, as far as they finished

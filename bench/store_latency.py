@@ -30,7 +30,14 @@ import sys
 import time
 from pathlib import Path
 
-from latency import ROOT, DaemonScenario, percentile, phases, scenario  # bench/, beside this
+from latency import (  # bench/, beside this script
+    ROOT,
+    DaemonScenario,
+    first_run_after,
+    percentile,
+    phases,
+    scenario,
+)
 from pipeline import AUTHORS, generate, schema_corpus, split_for_increment
 from psycopg import sql
 
@@ -107,13 +114,10 @@ def index_step(ingested_at: float, schema_id: str) -> dict[str, str]:
 
     wanted = ("index_path", "index_chained_all_because")
     with dg.DagsterInstance.get() as instance:
-        records = instance.get_run_records(
-            filters=dg.RunsFilter(tags={"dagster/partition": schema_id}), limit=20
-        )
-        records = [r for r in records if r.create_timestamp.timestamp() >= ingested_at]
-        if not records:
+        record = first_run_after(instance, ingested_at, schema_id)
+        if record is None:
             return {}
-        run_id = min(records, key=lambda r: r.create_timestamp).dagster_run.run_id
+        run_id = record.dagster_run.run_id
         for event in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION):
             materialization = event.asset_materialization
             if materialization is not None and materialization.asset_key.path == ["raw_entries"]:
