@@ -8,10 +8,12 @@ never touch the database start fast.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from p2panda_assets.cli import rejections
@@ -41,6 +43,23 @@ STATUS_COLUMNS = (
     "lossy",
     "fallbacks",
     "view",
+)
+# `panda status` without --wide: within 100 columns, with a legend.
+NARROW_COLUMNS = (
+    "name",
+    "id",
+    "ver",
+    "status",
+    "rows",
+    "entries",
+    "migrations",
+    "fell back",
+    "view",
+)
+NARROW_LEGEND = (
+    "entries: applied/superseded/pending/rejected; migrations: safe/lossy (lossy: a value"
+    " may fall\nback to its field's default; fell back: values that did); view: yes when"
+    " named as the schema;\n--wide: every column in full, --json: for scripts"
 )
 # What ingest checks and what it leaves to the pipeline, said after every ingest: a
 # forged signature is counted `accepted` here, and rejected only by the next build.
@@ -73,7 +92,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         " their log had a schema",
     )
     status.add_argument(
-        "--wide", action="store_true", help="with --rejected: authors and schema ids whole"
+        "--wide",
+        action="store_true",
+        help="every column in full: schema ids, each account and migration class apart",
+    )
+    status.add_argument(
+        "--json", action="store_true", help="the schemas and the store's totals as JSON"
     )
     status.set_defaults(run=run_status)
 
@@ -293,13 +317,21 @@ def run_status(args: argparse.Namespace) -> int:
     from p2panda_assets.store.registry import status_rows, store_totals
 
     if args.rejected is not None:
+        if args.json:
+            raise P2pandaError(Reason.BAD_USAGE, "panda status: --json goes without --rejected")
         return run_rejected(args.rejected or None, wide=args.wide)
-    if args.wide:
-        raise P2pandaError(Reason.BAD_USAGE, "panda status: --wide goes with --rejected")
     with open_store() as conn:
         rows = status_rows(conn)
         totals = store_totals(conn)
-    print(format_table(STATUS_COLUMNS, [_status_cells(row) for row in rows]))
+    if args.json:
+        shown = {"schemas": [asdict(row) for row in rows], "totals": asdict(totals)}
+        print(json.dumps(shown, ensure_ascii=False, default=_json_integer))
+        return 0
+    if args.wide:
+        print(format_table(STATUS_COLUMNS, [_status_cells(row) for row in rows]))
+    else:
+        print(format_table(NARROW_COLUMNS, [_narrow_cells(row) for row in rows]))
+        print(NARROW_LEGEND)
     for line in totals_lines(totals):
         print(line)
     for row in rows:
@@ -349,6 +381,39 @@ def _status_cells(row: StatusRow) -> list[str]:
         row.view,
     )
     return ["-" if value is None else str(value) for value in values]
+
+
+def _json_integer(value: object) -> int:
+    """The numbers PostgreSQL gives as `Decimal` (versions, counts) are whole: JSON ints."""
+    if isinstance(value, Decimal) and value == value.to_integral_value():
+        return int(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _narrow_cells(row: StatusRow) -> list[str]:
+    """A schema's line within 100 columns: the id shortened, the accounts and the
+    migration classes each in one cell, the view only where it is not named as the
+    schema (`NARROW_LEGEND`)."""
+    view = "-" if row.view is None else "yes" if row.view == row.name else row.view
+    values = (
+        row.name,
+        short_schema_id(row.schema_id),
+        row.version,
+        row.status,
+        row.rows,
+        f"{row.applied}/{row.superseded}/{row.pending}/{row.rejected}",
+        f"{row.safe}/{row.lossy}",
+        row.fell_back,
+        view,
+    )
+    return ["-" if value is None else str(value) for value in values]
+
+
+def short_schema_id(schema_id: str) -> str:
+    """`<first 8 hex digits of the author>…-<log id>`: enough to tell schemas apart on a
+    terminal; `--wide` shows it whole."""
+    author, _, log_id = schema_id.rpartition("-")
+    return f"{author[:8]}…-{log_id}"
 
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

@@ -7,6 +7,7 @@ Each run of the job costs seconds of Spark: the corpora are tiny and the runs fe
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -20,7 +21,6 @@ from psycopg import sql
 from pyspark.sql import SparkSession
 
 from p2panda_assets.cli.main import main
-from p2panda_assets.cli.store_cmd import STATUS_COLUMNS
 from p2panda_assets.definitions import defs
 from p2panda_assets.defs.assets import SCHEMA_TAG, VERSION_TAG
 from p2panda_assets.defs.orchestration import JOB, SCHEMAS, run_failure
@@ -405,15 +405,9 @@ def test_a_run_of_the_table_alone_builds_and_checks_the_lens_the_index_holds(
     assert table_columns(store, note.schema_id)[-2:] == ["title", "body"]
 
 
-def status_table(output: str) -> dict[str, dict[str, str]]:
-    """`panda status` lines by schema id (names here have no spaces)."""
-    columns = [name.replace(" ", "_") for name in STATUS_COLUMNS]
-    _, *lines = output.splitlines()
-    return {
-        cells[0]: dict(zip(columns, cells, strict=True))
-        for cells in (line.split() for line in lines)
-        if len(cells) == len(columns)
-    }
+def status_table(output: str) -> dict[str, dict[str, object]]:
+    """`panda status --json`'s schemas by schema id."""
+    return {row["schema_id"]: row for row in json.loads(output)["schemas"]}
 
 
 def test_panda_materialize_runs_upstream_schemas_first_on_the_persistent_instance(
@@ -464,7 +458,7 @@ def test_panda_materialize_runs_upstream_schemas_first_on_the_persistent_instanc
             profile
         ]
 
-    assert main(["status"]) == 0
+    assert main(["status", "--json"]) == 0
     shown = status_table(capsys.readouterr().out)
     for schema_id in relations.schema_ids:
         row = shown[schema_id]

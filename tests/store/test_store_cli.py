@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import dagster as dg
@@ -129,6 +130,18 @@ def test_status_shows_registered_schemas_and_unprocessed_entries(
     run(capsys, "ingest", str(jsonl("in.jsonl", [entry_line(*p) for p in pairs])))
     code, out, err = run(capsys, "status")
     assert (code, err) == (0, "")
+    header, line, *legend, unprocessed = out.splitlines()
+    assert header.split() == [
+        "name", "id", "ver", "status", "rows", "entries", "migrations", "fell", "back", "view",
+    ]  # fmt: skip
+    assert line.split() == [
+        "slothmail", "abababab…-12", "-", "registered", "-", "0/0/0/0", "0/0", "0", "-",
+    ]  # fmt: skip
+    assert legend[0].startswith("entries: applied/superseded/pending/rejected;")
+    assert max(len(shown) for shown in out.splitlines()) <= 100
+    assert unprocessed == "unprocessed: 5 entries not yet accounted for (pending)"
+
+    code, out, _ = run(capsys, "status", "--wide")
     header, line, unprocessed = out.splitlines()
     assert header.split() == [
         "schema", "id", "name", "version", "status", "rows",
@@ -137,7 +150,13 @@ def test_status_shows_registered_schemas_and_unprocessed_entries(
     assert line.split() == [
         f"{author}-12", "slothmail", "-", "registered", "-", "0", "0", "0", "0", "0", "0", "0", "-",
     ]  # fmt: skip
-    assert unprocessed == "unprocessed: 5 entries not yet accounted for (pending)"
+
+    code, out, _ = run(capsys, "status", "--json")
+    shown = json.loads(out)
+    assert [(s["schema_id"], s["name"], s["status"]) for s in shown["schemas"]] == [
+        (f"{author}-12", "slothmail", "registered")
+    ]
+    assert shown["totals"]["unprocessed"] == 5
 
 
 # --- names: held by one schema, qualified, renamed (issue 56) ----------------------------
