@@ -78,7 +78,7 @@ def test_check_and_ensure_across_the_outcomes_and_after_restoring_an_older_dump(
         sql.SQL("SELECT count(*) FROM {} WHERE subject = '<Subject>'").format(table)
     ).fetchone()[0]
     assert fallbacks["subject"] == defaults == 1
-    status = ok(panda("status"))
+    status = ok(panda("status", "--wide"))
     line = next(line for line in status.splitlines() if line.startswith(slothmail))
     assert line.split()[-4:] == ["2", "1", "1", "slothmail"]  # safe, lossy, fallbacks, view
 
