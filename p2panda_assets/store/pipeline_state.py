@@ -216,21 +216,19 @@ def commit_appended(
 
 
 def commit_merged_layers(
-    conn: psycopg.Connection, chained_deltas: Sequence[str], sums: dict[str, LayerSums]
+    conn: psycopg.Connection, layers: Sequence[str], sums: dict[str, LayerSums]
 ) -> None:
-    """Point the reduction at `chained_deltas` on top of the same first run, where one
-    of them holds the messages of several layers merged (`pipeline.index.layer_merge`):
-    the same messages, so nothing else the index decided changes. The merged layer's
-    `sums` are kept in the same transaction, and those of the layers it replaces
-    forgotten."""
+    """Point the reduction at `layers` (the same first run, then the layers on top of it),
+    where one of them holds the messages of several layers merged
+    (`pipeline.index.layer_merge`): the same messages, so nothing else the index decided
+    changes. The merged layer's `sums` are kept in the same transaction, and those of
+    the layers it replaces forgotten."""
     with conn.transaction():
         conn.execute(
             "UPDATE p2panda.pipeline_state SET chained_deltas = %s WHERE id = 1",
-            (list(chained_deltas),),
+            (list(layers[1:]),),
         )
-        row = conn.execute("SELECT chained_run FROM p2panda.pipeline_state").fetchone()
-        assert row is not None
-        keep_layer_digests(conn, sums, [row[0], *chained_deltas])
+        keep_layer_digests(conn, sums, layers)
 
 
 def _settle_accounts(conn: psycopg.Connection, accounts: Stage) -> None:

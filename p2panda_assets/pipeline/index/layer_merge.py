@@ -81,7 +81,8 @@ def merge_small_layers(
     run = steps.merge([warehouse.chained(layer) for layer in merging])
     deltas = (*(layer for layer in layers[1:] if layer not in merging), run)
     try:
-        state_sql.commit_merged_layers(conn, deltas, {run: merged_sums(kept[m] for m in merging)})
+        sums = {run: merged_sums(kept[m] for m in merging)}
+        state_sql.commit_merged_layers(conn, (layers[0], *deltas), sums)
     except BaseException:
         steps.remove_run(run)
         raise
