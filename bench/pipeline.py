@@ -27,6 +27,11 @@ change. Then one more migration of the first schema (a new entry of its log, whi
 message names) is ingested and the pipeline runs again: `lens_change_seconds` and
 `lens_change_fraction`; it re-reduces that schema by design.
 
+After the run, a price per stage: wall seconds and CPU core-µs per entry for ingest,
+verification, chaining, reduction and writing, summed over every process of the run (this
+one, Spark's JVM, its Python workers, the embedded PostgreSQL server and its backends) and
+shown by kind, with the signature's share of the whole (`CpuMeter`, `price_table`).
+
 `--spark-events DIR` also writes Spark's event log into DIR and prints the time of
 Spark's actions by the line of the package that started them (`bench/spark_events.py`).
 
@@ -49,7 +54,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -424,6 +429,119 @@ class RssSampler:
         return {k: (round(rss / 2**20, 1), when) for k, (rss, when) in sorted(kinds.items())}
 
 
+# --- CPU --------------------------------------------------------------------------------------
+
+
+@dataclass
+class CpuMeter:
+    """CPU seconds used so far by every process of the run, by kind (`process_kind`):
+    this process, Spark's JVM and its Python workers (children of this process), and the
+    embedded PostgreSQL server with its backends (`postmaster`: not our child). A live
+    process counts its own user and system time; one that has ended counts in its
+    parent's children times once the parent has reaped it (the pyspark daemon reaps its
+    workers, the postmaster its backends, the JVM its helpers). So a difference of two
+    readings is the CPU the run used between them, ended processes included. With an
+    external server (`P2PANDA_DATABASE_URL`), its backends are not counted."""
+
+    postmaster: int | None = None
+    kinds: dict[tuple[int, float], str] = field(default_factory=dict)
+
+    def _processes(self) -> Iterator[psutil.Process]:
+        me = psutil.Process()
+        yield me
+        yield from me.children(recursive=True)
+        if self.postmaster is not None:
+            try:
+                server = psutil.Process(self.postmaster)
+                yield server
+                yield from server.children(recursive=True)
+            except psutil.Error:
+                pass
+
+    def read(self) -> dict[str, float]:
+        seconds: dict[str, float] = {}
+        for process in self._processes():
+            try:
+                with process.oneshot():
+                    times = process.cpu_times()
+                    key = (process.pid, process.create_time())
+                    kind = self.kinds.get(key)
+                    if kind in (None, "other"):  # the JVM starts as the script that execs it
+                        kind = self.kinds[key] = process_kind(process)
+            except psutil.Error:
+                continue
+            used = times.user + times.system + times.children_user + times.children_system
+            seconds[kind] = seconds.get(kind, 0.0) + used
+        return seconds
+
+
+@dataclass
+class StagePrices:
+    """Wall seconds and CPU seconds by kind of process, per stage of the run."""
+
+    meter: CpuMeter
+    wall: dict[str, float] = field(default_factory=dict)
+    cpu: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    @contextmanager
+    def priced(self, name: str) -> Iterator[None]:
+        before, started = self.meter.read(), time.perf_counter()
+        try:
+            yield
+        finally:
+            elapsed, after = time.perf_counter() - started, self.meter.read()
+            self.wall[name] = self.wall.get(name, 0.0) + elapsed
+            used = self.cpu.setdefault(name, {})
+            for kind in after.keys() | before.keys():
+                used[kind] = used.get(kind, 0.0) + after.get(kind, 0.0) - before.get(kind, 0.0)
+
+    def less(self, outer: str, inner: str, name: str) -> None:
+        """Make `name` what `outer` took beyond the `inner` stage it contains."""
+        self.wall[name] = self.wall.get(outer, 0.0) - self.wall.get(inner, 0.0)
+        outer_cpu, inner_cpu = self.cpu.get(outer, {}), self.cpu.get(inner, {})
+        self.cpu[name] = {
+            kind: outer_cpu.get(kind, 0.0) - inner_cpu.get(kind, 0.0)
+            for kind in outer_cpu.keys() | inner_cpu.keys()
+        }
+
+
+# The stages of the price table, in the run's order, and how each is found: ingest and
+# the stages timed by wrapping the pipeline's functions (`timed_stages`); chaining is
+# the index step less verification, writing the materialization less the reduction
+# (staging the rows, the cascades' deleted sets, indexes and swaps).
+PRICED_STAGES = ("ingest", "verify", "chaining", "reduction", "writing")
+PRICED_KINDS = ("driver", "jvm", "python-worker", "postgres")
+
+
+def price_table(prices: StagePrices, entries: int, signature_us: float) -> list[str]:
+    """The stages' wall seconds and core-µs per entry, by kind of process and in all,
+    and the signature's share of the whole (`signature_us`: one PyNaCl verification,
+    measured in this run)."""
+    prices.less("index", "verify", "chaining")
+    prices.less("materialize", "reduction", "writing")
+    header = f"  {'stage':<13}{'wall s':>8}" + "".join(f"{k:>15}" for k in PRICED_KINDS)
+    lines = [header + f"{'all':>9}  (core-µs per entry)"]
+    total_us = 0.0
+    for name in PRICED_STAGES:
+        used = prices.cpu.get(name, {})
+        per_kind = [used.get(kind, 0.0) * 1e6 / entries for kind in PRICED_KINDS]
+        every = sum(used.values()) * 1e6 / entries
+        total_us += every
+        lines.append(
+            f"  {name:<13}{prices.wall.get(name, 0.0):>8.1f}"
+            + "".join(f"{us:>15.1f}" for us in per_kind)
+            + f"{every:>9.1f}"
+        )
+    share = signature_us / total_us if total_us else 0.0
+    lines.append(
+        f"  {'all':<13}{sum(prices.wall.get(n, 0.0) for n in PRICED_STAGES):>8.1f}"
+        + " " * 15 * len(PRICED_KINDS)
+        + f"{total_us:>9.1f}"
+    )
+    lines.append(f"  the signature: {signature_us:.1f} core-µs per entry, {share:.0%} of all")
+    return lines
+
+
 # --- the database ---------------------------------------------------------------------------
 
 
@@ -466,9 +584,11 @@ def bench_database(home: Path, keep: bool) -> Iterator[tuple[str, int | None]]:
 class StageTimes:
     """Seconds per stage of `run_pipeline`, taken by wrapping the functions it calls (so
     the benchmark runs `run_pipeline` itself, not a copy of it); each call is also
-    reported on stderr as it ends, so a long run shows where it is."""
+    reported on stderr as it ends, so a long run shows where it is. With `prices`, each
+    stage's CPU is read too."""
 
     seconds: dict[str, float] = field(default_factory=dict)
+    prices: StagePrices | None = None
 
     def wrap(self, module: Any, name: str, name_of_stage: str) -> Callable[[], None]:
         original = getattr(module, name)
@@ -477,8 +597,9 @@ class StageTimes:
             schema = next((a for a in args if isinstance(a, str)), "")
             label = f"{name_of_stage} {schema[-3:]}".strip()
             started = time.perf_counter()
+            priced = nullcontext() if self.prices is None else self.prices.priced(name_of_stage)
             try:
-                with stage(label):
+                with stage(label), priced:
                     return original(*args, **kwargs)
             finally:
                 elapsed = time.perf_counter() - started
@@ -490,14 +611,15 @@ class StageTimes:
 
 
 @contextmanager
-def timed_stages() -> Iterator[StageTimes]:
-    times = StageTimes()
+def timed_stages(prices: StagePrices | None = None) -> Iterator[StageTimes]:
+    times = StageTimes(prices=prices)
     restore = [
         times.wrap(run_module, "run_index", "index"),
         times.wrap(index_module, "verify_new_entries", "verify"),
         times.wrap(run_module, "materialize_schemas", "materialize"),
         times.wrap(building_module, "build_whole", "whole_builds"),
         times.wrap(building_module, "build_increments", "incremental_builds"),
+        times.wrap(building_module, "reduce_instance_logs", "reduction"),
     ]
     try:
         yield times
@@ -557,6 +679,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     try:
         with bench_database(home, args.keep_database) as (url, postmaster):
             sampler.postmaster = postmaster
+            prices = StagePrices(CpuMeter(postmaster))
             sampler.start()
             started = time.perf_counter()
             events = {} if args.spark_events is None else event_log_config(args.spark_events)
@@ -572,7 +695,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
                 with connect(url, autocommit=True) as conn, connect(url, autocommit=True) as spare:
                     ensure_schema(conn)
                     started = time.perf_counter()
-                    with stage("ingest"):
+                    with stage("ingest"), prices.priced("ingest"):
                         counts = ingest(conn, read_entry_lines([path]), spare=spare)
                     ingest_s = time.perf_counter() - started
                     line(
@@ -588,7 +711,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
                     register_s = time.perf_counter() - started
                     line("registration", f"{register_s:.2f} s ({len(schema_ids)} schemas)")
                     started = time.perf_counter()
-                    with timed_stages() as stages:
+                    with timed_stages(prices) as stages:
                         outcomes = run_module.run_pipeline(spark, conn, url)
                     pipeline_s = time.perf_counter() - started
                     increment = measure_increment(spark, conn, url, later)
@@ -628,6 +751,8 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         f"{per_core:,.0f}/s per core x {cores} = {ceiling:,.0f}/s "
         f"(before {ceiling_before:,.0f}, after {ceiling_after:,.0f})",
     )
+    line("price per stage", f"(CPU summed over every process of the run; {total:,} entries)")
+    print("\n".join(price_table(prices, total, 1e6 / per_core)), flush=True)
     peaks = sampler.by_kind()
     line(
         "peak RSS by kind",
@@ -659,6 +784,12 @@ def run(args: argparse.Namespace) -> dict[str, object]:
             name: round(rss / 2**20, 1) for name, rss in sampler.peak_total_by_stage.items()
         },
         "load_average": load,
+        "price_wall_s": {name: round(prices.wall.get(name, 0.0), 1) for name in PRICED_STAGES},
+        "price_core_us_per_entry": {
+            name: round(sum(prices.cpu.get(name, {}).values()) * 1e6 / total, 1)
+            for name in PRICED_STAGES
+        },
+        "signature_core_us": round(1e6 / per_core, 1),
         "commit": commit(),
         **increment,
     }
