@@ -35,7 +35,7 @@ from p2panda_assets.engine.lens import Lens, Value
 from p2panda_assets.engine.relations import BuildOrder, HashIndex, build_order
 from p2panda_assets.engine.schema_log import SchemaHistory, VersionState, fold_schema_log
 from p2panda_assets.errors import P2pandaError, Pending, Reason, Rejection
-from p2panda_assets.protocol.entry import Entry, decode_entry, verify_entry
+from p2panda_assets.protocol.entry import Entry, check_signature, decode_entry, verify_entry
 from p2panda_assets.protocol.hashing import DEFAULT_ALGORITHM
 from p2panda_assets.protocol.ids import format_schema_id
 from p2panda_assets.protocol.log import E, LogTip, validate_log
@@ -100,6 +100,8 @@ class Checked:
 
 
 def check_record(raw: bytes, payload: bytes | None) -> Checked:
+    """Every check one (entry, payload) record allows: the entry's layout, its payload,
+    its signature (`verify_entry`)."""
     try:
         entry = verify_entry(raw, payload)
     except P2pandaError as error:
@@ -112,6 +114,20 @@ def check_record(raw: bytes, payload: bytes | None) -> Checked:
         log = (decoded.author, decoded.log_id)
         return Checked(decoded.hash, log, None, Rejection(error.reason, error.message))
     return Checked(entry.hash, (entry.author, entry.log_id), entry, None)
+
+
+def check_ingested(raw: bytes, entry_hash: bytes) -> Checked:
+    """`check_record` of an entry the store holds without a verdict: ingest decoded its
+    bytes and matched its payload to it (`store.ingest.check_entry`) and kept its hash,
+    so the signature is what is left to check, and nothing is decoded, hashed or checked
+    twice. Rule E-SIGNATURE (docs/semantics.md)."""
+    entry = decode_entry(raw, entry_hash)
+    log = (entry.author, entry.log_id)
+    try:
+        check_signature(entry)
+    except P2pandaError as error:
+        return Checked(entry.hash, log, None, Rejection(error.reason, error.message))
+    return Checked(entry.hash, log, entry, None)
 
 
 # --- 2. per log -----------------------------------------------------------------------

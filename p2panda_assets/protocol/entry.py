@@ -136,9 +136,11 @@ def sign_entry(
     return unsigned + key_pair.sign(unsigned)
 
 
-def decode_entry(data: bytes) -> Entry:
-    """Parse entry bytes strictly; raises `P2pandaError` and nothing else.
-    Rule E-LAYOUT (docs/semantics.md)."""
+def decode_entry(data: bytes, entry_hash: bytes | None = None) -> Entry:
+    """Parse entry bytes strictly; raises `P2pandaError` and nothing else. `entry_hash`:
+    the hash of `data` where the caller holds it already (the store keeps each entry's,
+    computed at ingest), so that it is not computed again. Rule E-LAYOUT
+    (docs/semantics.md)."""
     if not isinstance(data, bytes):
         data = bytes(data)
     if not data:
@@ -184,7 +186,7 @@ def decode_entry(data: bytes) -> Entry:
         payload_hash,
         data[pos:end],
         data,
-        HASH_BY_HEADER[header](data),
+        HASH_BY_HEADER[header](data) if entry_hash is None else entry_hash,
     )
 
 

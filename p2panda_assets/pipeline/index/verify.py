@@ -2,7 +2,8 @@
 
 One Spark pass over the entries ingested since the last one (`ingest_seq` above the
 progress row's mark): each task reads its range of them from PostgreSQL by binary COPY,
-runs the engine's `check_record` and indexes the message of every entry that passes
+checks what ingest left to check (the signature: the engine's `check_ingested`) and
+indexes the message of every entry that passes
 (or keeps why its payload does not decode: chaining then decodes no payload again),
 and keeps each instance message as decoded, instead of its payload (`pipeline.kernels.packed`:
 the reduction decodes no payload again either).
@@ -28,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 
-from p2panda_assets.engine.corpus import SCHEMA_KINDS, check_record
+from p2panda_assets.engine.corpus import SCHEMA_KINDS, check_ingested
 from p2panda_assets.failpoints import Failpoint, failpoint
 from p2panda_assets.pipeline.columnar.arrow_io import LocalReadUnavailable, say_once, write_batch
 from p2panda_assets.pipeline.columnar.warehouse import (
@@ -103,42 +104,55 @@ INDEX_COLUMNS = (
 
 def verify_rows(rows: Iterable[Sequence[object]]) -> pa.RecordBatch:
     """Stored entries (columns `store.new_entries.NEW_ENTRY_COLUMNS`) as one batch of
-    the columnar store: entries rejected at ingest keep their verdict, the others are
-    verified here by the engine's `check_record`; of each good one, the links the chain
-    rules read are kept and its message is indexed."""
-    out: dict[str, list[object]] = {name: [] for name in VERIFIED_ARROW.names}
-    blank: tuple[object, ...] = (None,) * len(GOOD_COLUMNS)
-    for ingest_seq, stored_hash, raw, payload, verdict, verdict_message in rows:
-        out["ingest_seq"].append(ingest_seq)
-        out["hash"].append(stored_hash)
-        good = blank
-        if verdict is None:
-            checked = check_record(cast(bytes, raw), cast(bytes | None, payload))
-            if checked.rejection is not None:
-                verdict, verdict_message = checked.rejection.reason, checked.rejection.message
-            else:
-                entry = checked.entry
-                assert entry is not None
-                verdict = "ok"
-                index, error, message = decoded_and_indexed(cast(bytes, payload))
-                packed = None if message is None else pack_message(message)
-                good = (
-                    entry.author,
-                    entry.log_id,
-                    entry.seq_num,
-                    entry.backlink,
-                    entry.lipmaa_link,
-                    entry.end_of_log,
-                    payload if packed is None else None,  # each message kept once
-                    *index,
-                    error,
-                    packed,
-                )
-        out["verdict"].append(str(verdict))
-        out["verdict_message"].append(verdict_message)
-        for name, value in zip(GOOD_COLUMNS, good, strict=True):
-            out[name].append(value)
-    return record_batch(out, VERIFIED_ARROW)
+    the columnar store: entries rejected at ingest keep their verdict; ingest decoded
+    the others and matched their payloads, so their signatures are checked here (the
+    engine's `check_ingested`); of each good one, the links the chain rules read are
+    kept and its message is indexed."""
+    verified = [_verified_row(*row) for row in rows]  # a tuple per row, then columns:
+    columns = zip(*verified, strict=True) if verified else ([] for _ in VERIFIED_ARROW.names)
+    return record_batch(
+        dict(zip(VERIFIED_ARROW.names, map(list, columns), strict=True)), VERIFIED_ARROW
+    )
+
+
+_BLANK: tuple[object, ...] = (None,) * len(GOOD_COLUMNS)
+
+
+def _verified_row(
+    ingest_seq: object,
+    stored_hash: object,
+    raw: object,
+    payload: object,
+    verdict: object,
+    verdict_message: object,
+) -> tuple[object, ...]:
+    """One stored entry as a row of `VERIFIED_ARROW` (`verify_rows`)."""
+    if verdict is not None:
+        return (ingest_seq, stored_hash, str(verdict), verdict_message, *_BLANK)
+    checked = check_ingested(cast(bytes, raw), cast(bytes, stored_hash))
+    if checked.rejection is not None:
+        rejection = checked.rejection
+        return (ingest_seq, stored_hash, str(rejection.reason), rejection.message, *_BLANK)
+    entry = checked.entry
+    assert entry is not None
+    index, error, message = decoded_and_indexed(cast(bytes, payload))
+    packed = None if message is None else pack_message(message)
+    return (
+        ingest_seq,
+        stored_hash,
+        "ok",
+        None,
+        entry.author,
+        entry.log_id,
+        entry.seq_num,
+        entry.backlink,
+        entry.lipmaa_link,
+        entry.end_of_log,
+        payload if packed is None else None,  # each message kept once
+        *index,
+        error,
+        packed,
+    )
 
 
 def read_verified(
