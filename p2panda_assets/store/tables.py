@@ -12,7 +12,7 @@ names (`<table>`, `<table>_pkey`), so a sweep of `stage_*` finds only staging ob
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import cast
 
@@ -468,12 +468,24 @@ def materialized_schemas(conn: psycopg.Connection, schema_ids: Sequence[str]) ->
     return {schema_id for (schema_id,) in rows}
 
 
-def deleted_sets(conn: psycopg.Connection, schema_ids: Sequence[str]) -> list[tuple[str, bytes]]:
-    """(schema, instance id) of every deleted instance of built upstream schemas."""
-    rows = conn.execute(
-        "SELECT schema_id, instance_id FROM p2panda.deleted_instances WHERE schema_id = ANY(%s)",
-        (list(schema_ids),),
-    )
+def deleted_sets(
+    conn: psycopg.Connection, schema_ids: Sequence[str], among: Collection[bytes] | None = None
+) -> list[tuple[str, bytes]]:
+    """(schema, instance id) of every deleted instance of built upstream schemas; with
+    `among`, of those instance ids only (found by the primary key, whatever the sets'
+    sizes)."""
+    if among is None:
+        rows = conn.execute(
+            "SELECT schema_id, instance_id FROM p2panda.deleted_instances"
+            " WHERE schema_id = ANY(%s)",
+            (list(schema_ids),),
+        )
+    else:
+        rows = conn.execute(
+            "SELECT schema_id, instance_id FROM p2panda.deleted_instances"
+            " WHERE schema_id = ANY(%s) AND instance_id = ANY(%s)",
+            (list(schema_ids), list(among)),
+        )
     return [(schema_id, bytes(instance)) for schema_id, instance in rows]
 
 

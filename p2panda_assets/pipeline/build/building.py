@@ -97,7 +97,7 @@ class Settled:
     instances as all their messages make them (`again`) and as the messages its table
     was built from made them (`before`), those its cascades leave deleted
     (`deleted_now`), and the deleted sets as stored (`stored`, with those of the
-    schemas they cascade to)."""
+    schemas they cascade to), as far as the increment asks of them (`_asked_of`)."""
 
     again: ByInstance
     before: ByInstance
@@ -128,7 +128,7 @@ def build_increments(
         rows = steps.reduce(plan.increments, keys)
         ok, again, before = _reduced_again(ctx, rows, by_id)
         targets = {t for s in ok for t in cascade_targets(catalog, s) if t is not None}
-        stored = stored_deleted(conn, sorted(targets | set(ok)))
+        stored = stored_deleted(conn, sorted(targets | set(ok)), _asked_of(again, before))
         deleted_now, whole = _settle_cascades(catalog, ok, again, stored)
         settled = Settled(again, before, deleted_now, stored)
         ok = [s for s in ok if s not in whole]
@@ -180,6 +180,16 @@ def _reduced_again(
         into = again if row["row_type"] == "instance" else before
         into[row["schema"]][bytes(row["hash"])] = found
     return ok, again, before
+
+
+def _asked_of(again: ByInstance, before: ByInstance) -> set[bytes]:
+    """The instance ids whose stored deletion an increment's cascades and fallback counts
+    ask about: those reduced again (as they are now and as they were) and those their
+    cascade fields point at. Read by key, so the increment costs what it touches, not
+    the size of the deleted sets."""
+    asked = {h for by_id in (*again.values(), *before.values()) for h in by_id}
+    asked |= {ref for by_id in again.values() for found in by_id.values() for _, ref in found.refs}
+    return asked
 
 
 def _settle_cascades(

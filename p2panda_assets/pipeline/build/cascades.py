@@ -15,7 +15,7 @@ over all the build's schemas.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import cast
 
 import psycopg
@@ -37,10 +37,13 @@ from p2panda_assets.tuning import tuning
 DELETED_DDL = "schema string, hash binary"
 
 
-def stored_deleted(conn: psycopg.Connection, schema_ids: Sequence[str]) -> dict[str, set[bytes]]:
-    """The stored deleted sets of `schema_ids` (schema -> instance ids)."""
+def stored_deleted(
+    conn: psycopg.Connection, schema_ids: Sequence[str], among: Collection[bytes] | None = None
+) -> dict[str, set[bytes]]:
+    """The stored deleted sets of `schema_ids` (schema -> instance ids); with `among`,
+    only which of those ids each set holds."""
     stored: dict[str, set[bytes]] = {}
-    for schema_id, instance_id in tables.deleted_sets(conn, schema_ids):
+    for schema_id, instance_id in tables.deleted_sets(conn, schema_ids, among):
         stored.setdefault(schema_id, set()).add(instance_id)
     return stored
 
