@@ -22,7 +22,7 @@ from functools import lru_cache
 from typing import ClassVar, Literal, TypeAlias, TypeGuard, get_args
 
 from p2panda_assets.errors import P2pandaError, Reason
-from p2panda_assets.protocol.cbor import decode_cbor, encode_cbor
+from p2panda_assets.protocol.cbor import UNDECIDED, decode_cbor, decode_cbor_fast, encode_cbor
 from p2panda_assets.protocol.fieldtypes import FieldType
 from p2panda_assets.protocol.hashing import is_hash
 from p2panda_assets.protocol.ids import AUTHOR_SIZE, MAX_U64, format_schema_id
@@ -620,8 +620,20 @@ _ENCODERS: dict[type, Callable[..., dict[str, object]]] = {
 
 def decode_message(payload: bytes) -> Message:
     """Decode and shape-check one message payload; raises only `P2pandaError`.
-    Rule M-SHAPE (docs/semantics.md)."""
-    value = decode_cbor(payload)
+    cbor2's C decoder first (`decode_cbor_fast`): a message it decodes and whose shape
+    holds is the one `decode_cbor` gives; anything else is decoded again by
+    `decode_cbor`, whose error is the reason. Rule M-SHAPE (docs/semantics.md)."""
+    value = decode_cbor_fast(payload)
+    if value is not UNDECIDED:
+        try:
+            return _message_of(value)
+        except P2pandaError:
+            pass  # decode_cbor says why: a CBOR reason comes before a shape's
+    return _message_of(decode_cbor(payload))
+
+
+def _message_of(value: object) -> Message:
+    """The message a decoded payload holds, its shape checked."""
     if type(value) is not dict:
         raise _fail(Reason.BAD_TYPE, f"a message must be a CBOR map, not {_cbor_kind(value)}")
     if "kind" not in value:
