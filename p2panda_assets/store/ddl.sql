@@ -167,6 +167,9 @@ ALTER TABLE p2panda.logs ADD COLUMN IF NOT EXISTS why_message text;
 -- whole, and the newest verified batch the index step saw.
 ALTER TABLE p2panda.pipeline_state ADD COLUMN IF NOT EXISTS chained_deltas text[] NOT NULL
     DEFAULT '{}';
+-- How many rows p2panda.logs holds, kept by each index step's commit: a live run reads it
+-- instead of counting every log (NULL until the first index step since it was added).
+ALTER TABLE p2panda.pipeline_state ADD COLUMN IF NOT EXISTS logs_count bigint;
 ALTER TABLE p2panda.index_state ADD COLUMN IF NOT EXISTS batch integer;
 -- The verified batches up to `compacted_through`, rewritten as one directory of the
 -- columnar store (`compacted_run`, each entry's batch a column of it): a read of every

@@ -41,18 +41,22 @@ def forget_all_logs(conn: psycopg.Connection) -> None:
     conn.execute("DELETE FROM p2panda.logs")
 
 
-def forget_logs(conn: psycopg.Connection, keys: Sequence[tuple[object, object]]) -> None:
+def forget_logs(conn: psycopg.Connection, keys: Sequence[tuple[object, object]]) -> int:
     """Drop the rows of the logs `keys` names (author, log id): an appending index step
-    writes those it touched again."""
-    conn.execute(
+    writes those it touched again. How many there were."""
+    cursor = conn.execute(
         "DELETE FROM p2panda.logs l USING unnest(%s::bytea[], %s::numeric[]) AS k(a, i)"
         " WHERE l.author = k.a AND l.log_id = k.i",
         ([k[0] for k in keys], [k[1] for k in keys]),
     )
+    return max(cursor.rowcount, 0)
 
 
-def copy_logs(conn: psycopg.Connection, logs: Iterable[Sequence[object]]) -> None:
-    """Add `logs` (rows of `LOG_COLUMNS`) by COPY."""
+def copy_logs(conn: psycopg.Connection, logs: Iterable[Sequence[object]]) -> int:
+    """Add `logs` (rows of `LOG_COLUMNS`) by COPY; how many."""
+    written = 0
     with conn.cursor().copy(_COPY_LOGS) as copy:
         for row in logs:
             copy.write_row(row)
+            written += 1
+    return written

@@ -115,10 +115,12 @@ def commit_compaction(conn: psycopg.Connection, run: str, through: int) -> None:
 
 
 def replace_logs(conn: psycopg.Connection, logs: Iterable[Sequence[object]]) -> None:
-    """The logs table as the index step classified the logs (rows of `LOG_COLUMNS`)."""
+    """The logs table as the index step classified the logs (rows of `LOG_COLUMNS`), and
+    how many there are (`count_logs`)."""
     with conn.transaction():
         logs_sql.forget_all_logs(conn)
-        logs_sql.copy_logs(conn, logs)
+        count = logs_sql.copy_logs(conn, logs)
+        conn.execute("UPDATE p2panda.pipeline_state SET logs_count = %s WHERE id = 1", (count,))
 
 
 def stored_logs(
@@ -204,8 +206,13 @@ def commit_appended(
     accounts (all again); then point the reduction at the layers, this one's on top."""
     with conn.transaction():
         rows = list(logs)
-        logs_sql.forget_logs(conn, [(row[0], row[1]) for row in rows])
-        logs_sql.copy_logs(conn, rows)
+        forgotten = logs_sql.forget_logs(conn, [(row[0], row[1]) for row in rows])
+        added = logs_sql.copy_logs(conn, rows) - forgotten
+        conn.execute(  # counted once where a store of an older release kept no count
+            "UPDATE p2panda.pipeline_state SET logs_count = CASE WHEN logs_count IS NULL"
+            " THEN (SELECT count(*) FROM p2panda.logs) ELSE logs_count + %s END WHERE id = 1",
+            (added,),
+        )
         accounts_sql.forget_schema_log_accounts(conn)
         _settle_accounts(conn, accounts)
         conn.execute(
@@ -349,5 +356,11 @@ def count_entry_logs(conn: psycopg.Connection) -> int:
 
 
 def count_logs(conn: psycopg.Connection) -> int:
-    row = conn.execute("SELECT count(*) FROM p2panda.logs").fetchone()
+    """The logs of the store, as each index step's commit keeps their count: a live run
+    reads one row, not a count over every log (on a store never indexed since the count
+    was kept, the count itself)."""
+    row = conn.execute(
+        "SELECT coalesce(s.logs_count, (SELECT count(*) FROM p2panda.logs))"
+        " FROM p2panda.pipeline_state s WHERE s.id = 1"
+    ).fetchone()
     return int(row[0]) if row else 0

@@ -56,10 +56,22 @@ def run_parts(
             expected = reduce_corpus([corpus.pairs[i] for i in sorted(seen)], set(registered))
             assert pg_tables(conn, sorted(registered)) == engine_tables(expected)
             assert pg_accounts(conn) == engine_accounts(expected)
+            assert (
+                kept_logs_count(conn)
+                == conn.execute("SELECT count(*) FROM p2panda.logs").fetchone()[0]
+            )
             layers.append(len(appended_layers(conn)))
             if firsts is not None:
                 firsts.append(state_sql.pipeline_state(conn).chained_run)
     return layers
+
+
+def kept_logs_count(conn) -> int:
+    """The count of logs each index step's commit keeps (`state_sql.count_logs` reads it)."""
+    row = conn.execute("SELECT logs_count FROM p2panda.pipeline_state WHERE id = 1").fetchone()
+    assert row is not None and row[0] is not None
+    assert state_sql.count_logs(conn) == row[0]
+    return int(row[0])
 
 
 def test_growing_logs_are_appended_layer_by_layer(spark, session_database):
@@ -68,7 +80,7 @@ def test_growing_logs_are_appended_layer_by_layer(spark, session_database):
     for title in "abcdef":
         log.create(schema.ref(), title=title)
     other = instances(corpus.author(3), 1)
-    other.create(schema.ref(), title="g")
+    other.create(schema.ref(), title="g")  # a new log in the last append: one more counted
     n = len(corpus.pairs)
     parts = [list(range(n - 4)), [n - 4, n - 3], [n - 2], [n - 1]]
     assert run_parts(spark, session_database, corpus, parts, [schema.schema_id]) == [0, 1, 2, 3]
