@@ -88,6 +88,10 @@ CREATE INDEX IF NOT EXISTS accounts_schema ON p2panda.accounts (schema_id, state
 -- `origin`. Without this a scan of every account: 0.3 s each at 1M entries.
 CREATE INDEX IF NOT EXISTS accounts_origin ON p2panda.accounts (origin)
     WHERE origin <> 'instance';
+-- The rejected entries of the whole store (`panda status --rejected` without a schema,
+-- `store.rejections`): few beside the accounts, found without a scan of them all.
+CREATE INDEX IF NOT EXISTS accounts_rejected ON p2panda.accounts (schema_id)
+    WHERE state = 'rejected';
 
 -- Instances deleted in each materialized schema (by a delete or a cascade): what the
 -- schemas that relate to it need for their own cascades.
