@@ -20,7 +20,6 @@ from decimal import Decimal
 
 import psycopg
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -54,9 +53,17 @@ from p2panda_assets.pipeline.index.driver_path import (
 from p2panda_assets.pipeline.index.log_plan import LogPlan
 from p2panda_assets.pipeline.index.sequence import IndexSteps, LogPosition
 from p2panda_assets.pipeline.index.verify import read_new_verified, read_verified
+from p2panda_assets.pipeline.kernels import declared
 from p2panda_assets.pipeline.kernels.batches import Row, map_groups_locally, python_rows
 from p2panda_assets.pipeline.kernels.chain import TIP_COLUMNS, ChainedLogs, chain_locally
+from p2panda_assets.pipeline.kernels.declared import (
+    CHAIN_ACCOUNT,
+    CHAIN_ACCOUNTS,
+    CHAIN_LOG,
+    expression,
+)
 from p2panda_assets.pipeline.postgres.copy import ACCOUNT_COLUMNS, copy_frame
+from p2panda_assets.pipeline.spark import expressions
 from p2panda_assets.pipeline.spark.frames import local_frame
 from p2panda_assets.pipeline.spark.groups import map_groups
 from p2panda_assets.protocol.log import LogTip
@@ -129,14 +136,7 @@ class SparkIndexSteps(IndexSteps[DataFrame]):
     def accounts(
         self, chained: DataFrame, pending: DataFrame | None, schema_rows: list[tuple[object, ...]]
     ) -> DataFrame:
-        chain = chained.filter(F.col("row_type") == "account").select(
-            "hash",
-            F.lit(None).cast("string").alias("schema_id"),
-            "state",
-            "reason",
-            "message",
-            F.lit("chain").alias("origin"),
-        )
+        chain = expressions.project(chained, CHAIN_ACCOUNTS, CHAIN_ACCOUNT)
         frames: list[DataFrame] = [chain]
         if schema_rows:
             frames.append(local_frame(self._spark, schema_rows, ACCOUNT_DDL))
@@ -219,7 +219,7 @@ class DriverIndexSteps(IndexSteps[pa.Table]):
         return chain_locally(rows, tips)
 
     def found(self, chained: pa.Table) -> ChainedLogs:
-        logs = chained.filter(pc.equal(chained["row_type"], pa.scalar("log")))
+        logs = chained.filter(expression(CHAIN_LOG))
         rows = (row for batch in logs.to_batches() for row in python_rows(batch))
         return chaining.chained_logs_of(rows)
 
@@ -241,18 +241,7 @@ class DriverIndexSteps(IndexSteps[pa.Table]):
     def accounts(
         self, chained: pa.Table, pending: pa.Table | None, schema_rows: list[tuple[object, ...]]
     ) -> pa.Table:
-        accounts = chained.filter(pc.equal(chained["row_type"], pa.scalar("account")))
-        chain = pa.Table.from_arrays(
-            [
-                accounts["hash"],
-                pa.nulls(accounts.num_rows, pa.string()),
-                accounts["state"],
-                accounts["reason"],
-                accounts["message"],
-                pa.array(["chain"] * accounts.num_rows, pa.string()),
-            ],
-            schema=ACCOUNT_ORIGIN_ARROW,
-        )
+        chain = declared.project(chained, CHAIN_ACCOUNTS, CHAIN_ACCOUNT).cast(ACCOUNT_ORIGIN_ARROW)
         schema = pa.Table.from_pylist(
             [dict(zip(ACCOUNT_ORIGIN_ARROW.names, row, strict=True)) for row in schema_rows],
             ACCOUNT_ORIGIN_ARROW,
