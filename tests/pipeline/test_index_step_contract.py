@@ -100,8 +100,8 @@ def account_rows(accounts: DataFrame | pa.Table) -> list[tuple[Any, ...]]:
 
 @dataclass
 class Walk:
-    """Every handle one path gave back, step by step, as `pipeline.index.step._index`
-    asks for them."""
+    """Every handle one path gave back, step by step, as
+    `pipeline.index.sequence.IndexSteps.index` asks for them."""
 
     verified: Any
     rows: list[Row] | None
