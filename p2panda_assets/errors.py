@@ -12,8 +12,24 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 
+class Layer(StrEnum):
+    """Where a reason code is decided: the sections of `Reason`, in its order."""
+
+    ENTRY = "entry"  # an entry's bytes (`protocol.entry`)
+    LOG = "log"  # a log's entries together: the chain rules (`protocol.log`)
+    CBOR = "cbor"  # a payload's CBOR
+    MESSAGE = "message"  # a payload as a message of its kind
+    SCHEMA_LOG = "schema-log"  # a schema log folded (the engine)
+    INSTANCE = "instance"  # instance messages reduced (the engine)
+    COMMAND = "command"  # the command line and the files it reads and writes
+    RUNTIME = "runtime"  # the running product: its database, Spark, its own failures
+    PENDING = "pending"  # what an entry waits for
+
+
 class Reason(StrEnum):
-    """Why an entry or message was rejected (or, for `AWAITING_*`, what it waits for)."""
+    """Why an entry or message was rejected (or, for `AWAITING_*`, what it waits for).
+    Each section below is a `Layer` (`Reason.layer`, `BY_LAYER`); the codes are the wire's
+    and never change."""
 
     # --- bamboo entry bytes ---------------------------------------------------------
     TRUNCATED = "truncated"  # the bytes end inside a field
@@ -95,6 +111,7 @@ class Reason(StrEnum):
     # A revert or migration that would reject instances, not confirmed (`--yes`, or y at
     # the prompt of a terminal): nothing is published.
     UNCONFIRMED = "unconfirmed"
+    # --- the running product -------------------------------------------------------
     DATABASE_UNAVAILABLE = "database-unavailable"  # the database cannot be started or reached
     # This machine lacks what Spark needs (Java, the PostgreSQL JDBC driver): said before
     # Spark starts, not as its Java stack trace (`setup_checks.preflight`; `panda doctor`).
@@ -110,6 +127,43 @@ class Reason(StrEnum):
     AWAITING_ENTRY = "awaiting-entry"  # an earlier entry of its log has not arrived
     AWAITING_SCHEMA = "awaiting-schema"  # the schema (log) is not known or registered
     AWAITING_VERSION = "awaiting-version"  # the named schema version has not arrived
+
+    @property
+    def layer(self) -> Layer:
+        """The layer whose section declares this code."""
+        return _LAYER_OF[self]
+
+
+# The first code of each layer's section: a code belongs to the section it is declared in
+# (tests/test_reason_codes.py holds these to the section comments above).
+SECTIONS: dict[Layer, Reason] = {
+    Layer.ENTRY: Reason.TRUNCATED,
+    Layer.LOG: Reason.BACKLINK_MISMATCH,
+    Layer.CBOR: Reason.CBOR_MALFORMED,
+    Layer.MESSAGE: Reason.UNKNOWN_KIND,
+    Layer.SCHEMA_LOG: Reason.NOT_SCHEMA_MESSAGE,
+    Layer.INSTANCE: Reason.NOT_INSTANCE_MESSAGE,
+    Layer.COMMAND: Reason.BAD_HEX,
+    Layer.RUNTIME: Reason.DATABASE_UNAVAILABLE,
+    Layer.PENDING: Reason.AWAITING_ENTRY,
+}
+
+
+def _layer_of() -> dict[Reason, Layer]:
+    starts = {first: layer for layer, first in SECTIONS.items()}
+    found: dict[Reason, Layer] = {}
+    layer = Layer.ENTRY
+    for reason in Reason:
+        layer = starts.get(reason, layer)
+        found[reason] = layer
+    return found
+
+
+_LAYER_OF = _layer_of()
+# Each layer's codes, in their order.
+BY_LAYER: dict[Layer, tuple[Reason, ...]] = {
+    layer: tuple(r for r, of in _LAYER_OF.items() if of is layer) for layer in Layer
+}
 
 
 class P2pandaError(Exception):

@@ -92,18 +92,16 @@ def as_rows(frame: DataFrame | pa.Table) -> list[Row]:
     return sorted(rows, key=lambda row: repr(sorted(row.items())))
 
 
-def account_rows(accounts: DataFrame | list[tuple[object, ...]]) -> list[tuple[Any, ...]]:
+def account_rows(accounts: DataFrame | pa.Table) -> list[tuple[Any, ...]]:
     """Accounts as (hash, schema_id, state, reason, message, origin) tuples."""
-    if isinstance(accounts, list):
-        return sorted((tuple(row) for row in accounts), key=repr)
     columns = ("hash", "schema_id", "state", "reason", "message", "origin")
     return sorted((tuple(row[c] for c in columns) for row in as_rows(accounts)), key=repr)
 
 
 @dataclass
 class Walk:
-    """Every handle one path gave back, step by step, as `pipeline.index.step._index`
-    asks for them."""
+    """Every handle one path gave back, step by step, as
+    `pipeline.index.sequence.IndexSteps.index` asks for them."""
 
     verified: Any
     rows: list[Row] | None

@@ -23,6 +23,14 @@ import pyarrow.dataset as ds
 from p2panda_assets.engine.corpus import Catalog
 from p2panda_assets.pipeline.columnar.arrow_io import layers_dataset, scan
 from p2panda_assets.pipeline.kernels.batches import Row, arrow_schema, output_batches, python_rows
+from p2panda_assets.pipeline.kernels.declared import (
+    MESSAGE_KEY,
+    NEW_WITHOUT_KEY,
+    after,
+    assigned_to,
+    evaluated,
+    expression,
+)
 from p2panda_assets.pipeline.kernels.reduce import (
     ACCOUNTED,
     OWNERS,
@@ -31,7 +39,6 @@ from p2panda_assets.pipeline.kernels.reduce import (
     reduce_rows,
 )
 from p2panda_assets.pipeline.postgres.copy import CopyResult, Derived, copy_locally
-from p2panda_assets.statuses import Assignment
 from p2panda_assets.store.copying import Target
 
 ROWS_AT_A_TIME = 2_000  # Python rows the driver path holds of a batch at once
@@ -41,23 +48,15 @@ ROWS_AT_A_TIME = 2_000  # Python rows the driver path holds of a batch at once
 READ = (*(c for c in REDUCE_INPUT if c not in ("owner_author", "owner_log")), "kind")
 
 
-def message_keys(table: pa.Table) -> pa.ChunkedArray:
-    """The instance each message creates or names (`instance`, or a create's own hash),
-    null for none: `increments.new_keys` and `touched_messages`'s key, in Arrow."""
-    created = pc.if_else(
-        pc.equal(table["kind"], pa.scalar("create")), table["hash"], pa.scalar(None, pa.binary())
-    )
-    return pc.coalesce(table["instance"], created)
-
-
 def new_keys_locally(layers: Sequence[str], after_batch: int) -> set[bytes]:
     """`increments.new_keys` of the chained `layers`: the instances that messages of
     batches after `after_batch` create or name."""
     dataset = layers_dataset(layers)
     if dataset is None:
         return set()
-    table = scan(dataset, ["instance", "kind", "hash"], ds.field("batch") > after_batch)
-    return {cast(bytes, key) for key in message_keys(table).to_pylist() if key is not None}
+    table = scan(dataset, ["instance", "kind", "hash"], expression(after(after_batch)))
+    keys = evaluated(table, MESSAGE_KEY).to_pylist()
+    return {cast(bytes, key) for key in keys if key is not None}
 
 
 def touched_locally(
@@ -69,18 +68,15 @@ def touched_locally(
     that name none, each with `built_batch`: a table in log order (author, log, seq)."""
     if dataset is None:
         return pa.table({name: [] for name in (*READ, "built_batch")})
-    wanted = ds.field("schema").isin(list(increments)) & (
-        ds.field("assignment") == Assignment.ASSIGNED.value
-    )
-    table = scan(dataset, list(READ), wanted)
+    table = scan(dataset, list(READ), expression(assigned_to(increments)))
     schemas = cast(list[str], table["schema"].to_pylist())
     built = pa.array([increments[s] for s in schemas], pa.int64())
-    key = message_keys(table)
-    named = pc.is_in(key, value_set=pa.array(list(keys), pa.binary()))
+    keyed = table.append_column("built_batch", built)
+    keyed = keyed.append_column("key", evaluated(keyed, MESSAGE_KEY))
+    named = pc.is_in(keyed["key"], value_set=pa.array(list(keys), pa.binary()))
     marked = pc.fill_null(named, pa.scalar(False))
-    new_without_key = pc.and_(pc.greater(table["batch"], built), pc.is_null(key))
-    wanted = pc.or_(cast(pa.ChunkedArray, marked), new_without_key)
-    touched = table.append_column("built_batch", built).filter(wanted)
+    wanted = pc.or_(cast(pa.ChunkedArray, marked), evaluated(keyed, NEW_WITHOUT_KEY))
+    touched = keyed.filter(wanted).drop_columns(["key"])
     return touched.sort_by([("author", "ascending"), ("log_id", "ascending"), ("seq", "ascending")])
 
 

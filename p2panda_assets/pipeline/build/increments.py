@@ -48,6 +48,14 @@ from p2panda_assets.engine.corpus import Catalog
 from p2panda_assets.engine.relations import BuildOrder
 from p2panda_assets.pipeline.columnar.warehouse import Warehouse
 from p2panda_assets.pipeline.kernels.cascade import cascade_sources, cascading_from
+from p2panda_assets.pipeline.kernels.declared import (
+    MESSAGE_KEY,
+    NEW_WITHOUT_KEY,
+    after,
+    assigned_to,
+)
+from p2panda_assets.pipeline.spark import expressions
+from p2panda_assets.pipeline.spark.expressions import column
 from p2panda_assets.pipeline.spark.frames import local_frame
 from p2panda_assets.statuses import Assignment
 from p2panda_assets.store import pipeline_state as state_sql
@@ -226,13 +234,9 @@ def new_keys(messages: DataFrame | None, after_batch: int) -> set[bytes]:
     rejected). `messages`: the store's, or those of its `layers_after` the batch."""
     if messages is None:
         return set()
-    key = F.coalesce(F.col("instance"), F.when(F.col("kind") == "create", F.col("hash")))
-    rows = (
-        messages.filter(F.col("batch") > after_batch)
-        .select(key.alias("key"))
-        .where(F.col("key").isNotNull())
-        .collect()
-    )  # made distinct here: in Spark it is a shuffle, a job's worth on a small store
+    keys = expressions.project(messages, {"key": MESSAGE_KEY}, after(after_batch))
+    rows = keys.where(F.col("key").isNotNull()).collect()
+    # made distinct here: in Spark it is a shuffle, a job's worth on a small store
     return {bytes(row["key"]) for row in rows}
 
 
@@ -274,17 +278,12 @@ def touched_messages(
     built = F.lit(None).cast("long")
     for schema_id, batch in increments.items():
         built = F.when(F.col("schema") == schema_id, F.lit(batch)).otherwise(built)
-    created = F.when(F.col("kind") == "create", F.col("hash"))
     keyed = (
-        decoded.filter(
-            (F.col("assignment") == Assignment.ASSIGNED.value)
-            & F.col("schema").isin(list(increments))
-        )
+        decoded.filter(column(assigned_to(increments)))
         .withColumn("built_batch", built)
-        .withColumn("key", F.coalesce(F.col("instance"), created))
+        .withColumn("key", column(MESSAGE_KEY))
     )
-    new_without_key = (F.col("batch") > F.col("built_batch")) & F.col("key").isNull()
-    touched = marked(keyed, "key", keys).filter(F.col("marked") | new_without_key)
+    touched = marked(keyed, "key", keys).filter(F.col("marked") | column(NEW_WITHOUT_KEY))
     return touched.drop("key", "marked")
 
 

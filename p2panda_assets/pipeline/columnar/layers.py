@@ -23,7 +23,9 @@ from p2panda_assets.pipeline.columnar.warehouse import (
     warehouse_root,
 )
 from p2panda_assets.pipeline.index.log_plan import LogPlan, plan_frame
+from p2panda_assets.pipeline.kernels.declared import UNEXPLAINED
 from p2panda_assets.pipeline.kernels.digests import LogSums, sums_of_layer
+from p2panda_assets.pipeline.spark.expressions import column
 from p2panda_assets.protocol.message_index import indexed_message
 from p2panda_assets.statuses import Assignment as LogAssignment
 from p2panda_assets.store import pipeline_state as state_sql
@@ -136,7 +138,7 @@ def with_decode_errors(messages: DataFrame, unexplained: int) -> DataFrame:
     known = messages.withColumn("error", F.col("message_error"))
     if not unexplained:
         return known
-    unknown = F.col("kind").isNull() & F.col("message_error").isNull()
+    unknown = column(UNEXPLAINED)
     # A lambda: given the annotated function, PySpark warns that it cannot infer a UDF
     # type from its hints. The reason is the one verification now keeps.
     reason = F.udf(lambda payload: indexed_message(payload)[1], "string")

@@ -30,6 +30,8 @@ from p2panda_assets.pipeline.kernels.chain import (
     chained_logs_of,
     tip_columns,
 )
+from p2panda_assets.pipeline.kernels.declared import CHAIN_ACCOUNT, CHAIN_LOG
+from p2panda_assets.pipeline.spark.expressions import column
 from p2panda_assets.pipeline.spark.frames import local_frame
 from p2panda_assets.pipeline.spark.groups import map_groups
 from p2panda_assets.protocol.log import LogTip
@@ -89,7 +91,7 @@ def chain_in_driver(spark: SparkSession, rows: list[Row], tips: dict[LogKey, Log
 
 def chained_logs(chained: DataFrame) -> ChainedLogs:
     """What the chain step found (`ChainedLogs`), from its `log` rows, in the driver."""
-    rows = chained.filter(F.col("row_type") == "log").collect()
+    rows = chained.filter(column(CHAIN_LOG)).collect()
     return chained_logs_of(row.asDict() for row in rows)
 
 
@@ -103,7 +105,7 @@ def accepted_entries(verified: DataFrame, chained: DataFrame, held: int) -> Data
     has none of those: its verified batches are read as they are."""
     if held == 0:
         return verified
-    hashes = chained.filter(F.col("row_type") == "account").select("hash")
+    hashes = chained.filter(column(CHAIN_ACCOUNT)).select("hash")
     return verified.join(
         F.broadcast(hashes) if held <= tuning().broadcast_held else hashes, "hash", "left_anti"
     )

@@ -20,7 +20,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from p2panda_assets.engine.corpus import schema_id_of
 from p2panda_assets.pipeline.columnar.arrow_io import (
     LAYER_ARROW,
     SCHEMA_PARTITIONING,
@@ -30,10 +29,16 @@ from p2panda_assets.pipeline.columnar.arrow_io import (
 )
 from p2panda_assets.pipeline.columnar.layers import DECODED_COLUMNS
 from p2panda_assets.pipeline.columnar.warehouse import Warehouse
-from p2panda_assets.pipeline.index.log_plan import LogPlan
+from p2panda_assets.pipeline.index.log_plan import LogPlan, plan_rows
 from p2panda_assets.pipeline.index.verify import VERIFIED_ARROW
 from p2panda_assets.pipeline.kernels.batches import Row, python_rows
 from p2panda_assets.pipeline.kernels.chain import CHAIN_INPUT
+from p2panda_assets.pipeline.kernels.declared import (
+    CHAIN_ACCOUNT,
+    UNEXPLAINED,
+    evaluated,
+    expression,
+)
 from p2panda_assets.protocol.message_index import indexed_message
 from p2panda_assets.store.pipeline_state import PipelineState
 
@@ -90,40 +95,36 @@ def accepted_locally(verified: pa.Table, chained: pa.Table, held: int) -> pa.Tab
     rejected or hold (`chained`'s account rows)."""
     if held == 0:
         return verified
-    accounts = chained.filter(pc.equal(chained["row_type"], pa.scalar("account")))
+    accounts = chained.filter(expression(CHAIN_ACCOUNT))
     refused = pc.is_in(verified["hash"], value_set=accounts["hash"].combine_chunks())
     return verified.filter(pc.invert(refused))
 
 
 def decoded_locally(accepted: pa.Table, plan: LogPlan, unexplained: int) -> pa.Table:
     """`layers.write_chained`'s rows: each accepted entry of a planned log with its
-    schema partition, assignment and whether its log is a schema's, the batch as a
-    long, and `error` (`layers.with_decode_errors`: as verification kept it, or, where
-    a batch did not keep it, the reason `indexed_message` gives)."""
+    plan's columns (`log_plan.plan_rows`), the batch as a long, and `error`
+    (`layers.with_decode_errors`: as verification kept it, or, where a batch did not
+    keep it (`declared.UNEXPLAINED`), the reason `indexed_message` gives)."""
+    planned = {(author, log_id): rest for author, log_id, *rest in plan_rows(plan)}
     authors = cast(list[bytes], accepted["author"].to_pylist())
     log_ids = cast(list[int], accepted["log_id"].cast(pa.uint64()).to_pylist())
-    fates = [plan.get(key) for key in zip(authors, log_ids, strict=True)]
+    fates = [planned.get(key) for key in zip(authors, log_ids, strict=True)]
     table = accepted.filter(pa.array([fate is not None for fate in fates], pa.bool_()))
-    planned = [
-        (key, fate)
-        for key, fate in zip(zip(authors, log_ids, strict=True), fates, strict=True)
-        if fate is not None
-    ]
+    kept = [fate for fate in fates if fate is not None]
     errors = table["message_error"].to_pylist()
     if unexplained:
-        unknown = zip(table["kind"].to_pylist(), errors, table["payload"].to_pylist(), strict=True)
+        again = evaluated(table, UNEXPLAINED).to_pylist()
+        payloads = table["payload"].to_pylist()
         errors = [
-            indexed_message(cast(bytes, payload))[1] if kind is None and error is None else error
-            for kind, error, payload in unknown
+            indexed_message(cast(bytes, payload))[1] if unknown else error
+            for unknown, payload, error in zip(again, payloads, errors, strict=True)
         ]
     columns: dict[str, pa.Array | pa.ChunkedArray] = {
         "batch": table["batch"].cast(pa.int64()),
-        "is_schema_log": pa.array(
-            [schema_id_of(key) == fate[0] for key, fate in planned], pa.bool_()
-        ),
+        "is_schema_log": pa.array([is_schema_log for _, _, is_schema_log in kept], pa.bool_()),
         "error": pa.array(errors, pa.string()),
-        "assignment": pa.array([fate[1].value for _, fate in planned], pa.string()),
-        "schema": pa.array([fate[0] for _, fate in planned], pa.string()),
+        "assignment": pa.array([assignment for _, assignment, _ in kept], pa.string()),
+        "schema": pa.array([schema for schema, _, _ in kept], pa.string()),
     }
     names = (*DECODED_COLUMNS, "schema")
     arrays = [columns[name] if name in columns else table[name] for name in names]

@@ -52,17 +52,18 @@ def decided_columns(fate: tuple[str, LogAssignment, Pending | None]) -> tuple[ob
     )
 
 
-def plan_frame(spark: SparkSession, plan: LogPlan) -> DataFrame:
-    rows = [
-        (
-            author,
-            Decimal(log_id),
-            schema,
-            assignment.value,  # Spark takes a plain str, not a subclass
-            schema_id_of((author, log_id)) == schema,
-        )
+def plan_rows(plan: LogPlan) -> list[tuple[bytes, int, str, str, bool]]:
+    """Each log's plan as its messages' columns in a chained layer take it: (author, log
+    id, `schema`, `assignment`, `is_schema_log`: whether the log is its schema's own)."""
+    return [
+        (author, log_id, schema, assignment.value, schema_id_of((author, log_id)) == schema)
         for (author, log_id), (schema, assignment, _) in plan.items()
     ]
+
+
+def plan_frame(spark: SparkSession, plan: LogPlan) -> DataFrame:
+    """`plan_rows` as a Spark frame, to join the accepted entries with."""
+    rows = [(author, Decimal(log_id), *rest) for author, log_id, *rest in plan_rows(plan)]
     return local_frame(
         spark,
         rows,

@@ -7,8 +7,9 @@ reads, chains, writes and accounts for, through one of these.
   `arrow_io.driver_path_entries()` and pyarrow can open the warehouse. A published
   entry's run then launches no Spark job to index it.
 
-`index_steps` picks one. The handles the steps pass each other (`Frame`) are Spark
-frames on one path and Arrow tables on the other; the index step never looks inside.
+`index_steps` picks one. Both are `sequence.IndexSteps`, generic over the frames the steps
+pass each other: Spark's DataFrames on one path, Arrow tables on the other (the index
+accounts included); the sequence never looks inside.
 """
 
 from __future__ import annotations
@@ -16,11 +17,9 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 from decimal import Decimal
-from typing import Any, Protocol
 
 import psycopg
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -52,79 +51,37 @@ from p2panda_assets.pipeline.index.driver_path import (
     write_chained_locally,
 )
 from p2panda_assets.pipeline.index.log_plan import LogPlan
+from p2panda_assets.pipeline.index.sequence import IndexSteps, LogPosition
 from p2panda_assets.pipeline.index.verify import read_new_verified, read_verified
+from p2panda_assets.pipeline.kernels import declared
 from p2panda_assets.pipeline.kernels.batches import Row, map_groups_locally, python_rows
 from p2panda_assets.pipeline.kernels.chain import TIP_COLUMNS, ChainedLogs, chain_locally
+from p2panda_assets.pipeline.kernels.declared import (
+    CHAIN_ACCOUNT,
+    CHAIN_ACCOUNTS,
+    CHAIN_LOG,
+    expression,
+)
 from p2panda_assets.pipeline.postgres.copy import ACCOUNT_COLUMNS, copy_frame
+from p2panda_assets.pipeline.spark import expressions
 from p2panda_assets.pipeline.spark.frames import local_frame
 from p2panda_assets.pipeline.spark.groups import map_groups
+from p2panda_assets.protocol.log import LogTip
 from p2panda_assets.statuses import BuildPath
 from p2panda_assets.store import pipeline_state as state_sql
 from p2panda_assets.store.copying import Target, copy_rows
 from p2panda_assets.store.staging import Stage
 
-Frame = Any  # a Spark DataFrame, or an Arrow table (the driver path)
-LogPosition = tuple[bytes, int, int]
+# The index accounts as the driver path holds them (`ACCOUNT_TARGET_COLUMNS`), and none.
+ACCOUNT_ORIGIN_ARROW = pa.schema([*ACCOUNT_ARROW, pa.field("origin", pa.string())])
+NO_ACCOUNTS = ACCOUNT_ORIGIN_ARROW.empty_table()
 ACCOUNT_TARGET_COLUMNS = (*ACCOUNT_COLUMNS, ("origin", "text"))
-
-
-class IndexSteps(Protocol):
-    """What the index step does with its entries, on one path."""
-
-    path: BuildPath
-
-    def verified(self, state: state_sql.PipelineState, since: int | None = None) -> Frame:
-        """The good verified entries: all, or those of the batches after `since`."""
-        ...
-
-    def rows(self, verified: Frame, entries: int | None = None) -> list[Row] | None:
-        """What the chain step reads of `verified` (of `entries` entries, if known), in
-        the driver; None if too many for the driver to chain."""
-        ...
-
-    def seqs(self, verified: Frame) -> dict[LogKey, list[int]]:
-        """The seq nums of `verified`'s entries by log (when `rows` gave None)."""
-        ...
-
-    def chain(self, verified: Frame, rows: list[Row] | None, tips: dict[LogKey, Any]) -> Frame: ...
-
-    def found(self, chained: Frame) -> ChainedLogs: ...
-
-    def accepted(self, verified: Frame, chained: Frame, held: int) -> Frame: ...
-
-    def write(self, accepted: Frame, plan: LogPlan, unexplained: int, few: bool) -> str:
-        """The accepted entries as a new chained run of the warehouse; its name."""
-        ...
-
-    def merge(self, layers: Sequence[str]) -> str:
-        """The messages of the chained `layers` (their roots) as one new chained run of
-        the warehouse, by the same `schema=` partitions; its name."""
-        ...
-
-    def accounts(self, chained: Frame, pending: Frame | None, schema_rows: list[Any]) -> Frame:
-        """The index accounts: the chain rules', `schema_rows`, and `pending`'s."""
-        ...
-
-    def pending(self, accepted: Frame, wanted: list[tuple[Any, ...]]) -> Frame | None:
-        """The accounts of the entries of the logs `wanted` names
-        (`pipeline.index.accounts.pending_group`)."""
-        ...
-
-    def copy_accounts(self, accounts: Frame, url: str, stage: Stage) -> None: ...
-
-    def accepted_at(
-        self, layers: Sequence[str], positions: list[LogPosition]
-    ) -> list[tuple[LogPosition, bytes]]: ...
-
-    def remove_run(self, run: str) -> None: ...
-
-    def release(self, chained: Frame) -> None: ...
 
 
 # --- Spark -------------------------------------------------------------------------------
 
 
-class SparkIndexSteps:
+class SparkIndexSteps(IndexSteps[DataFrame]):
     """The index step in Spark jobs (the driver chains a few entries, `chain_in_driver`)."""
 
     path = BuildPath.SPARK
@@ -133,26 +90,28 @@ class SparkIndexSteps:
         self._spark = spark
         self._warehouse = warehouse
 
-    def verified(self, state: state_sql.PipelineState, since: int | None = None) -> Frame:
+    def verified(self, state: state_sql.PipelineState, since: int | None = None) -> DataFrame:
         if since is None:
             frame = read_verified(self._spark, self._warehouse, state)
         else:
             frame = read_new_verified(self._spark, self._warehouse, since, state.batch)
         return frame.filter(F.col("verdict") == "ok")
 
-    def rows(self, verified: Frame, entries: int | None = None) -> list[Row] | None:
+    def rows(self, verified: DataFrame, entries: int | None = None) -> list[Row] | None:
         if entries is not None and not few_to_chain(entries):
             return None  # not even the job that would find out
         return rows_to_chain(verified)
 
-    def seqs(self, verified: Frame) -> dict[LogKey, list[int]]:
+    def seqs(self, verified: DataFrame) -> dict[LogKey, list[int]]:
         by_log = verified.groupBy("author", "log_id").agg(F.collect_list("seq").alias("seqs"))
         return {
             (bytes(row["author"]), int(row["log_id"])): [int(n) for n in row["seqs"]]
             for row in by_log.collect()
         }
 
-    def chain(self, verified: Frame, rows: list[Row] | None, tips: dict[LogKey, Any]) -> Frame:
+    def chain(
+        self, verified: DataFrame, rows: list[Row] | None, tips: dict[LogKey, LogTip]
+    ) -> DataFrame:
         if rows is not None:
             return chain_in_driver(self._spark, rows, tips)
         if not tips:
@@ -162,27 +121,22 @@ class SparkIndexSteps:
         )
         return chain_logs(tipped, TIP_COLUMNS)
 
-    def found(self, chained: Frame) -> ChainedLogs:
+    def found(self, chained: DataFrame) -> ChainedLogs:
         return chained_logs(chained)
 
-    def accepted(self, verified: Frame, chained: Frame, held: int) -> Frame:
+    def accepted(self, verified: DataFrame, chained: DataFrame, held: int) -> DataFrame:
         return accepted_entries(verified, chained, held)
 
-    def write(self, accepted: Frame, plan: LogPlan, unexplained: int, few: bool) -> str:
+    def write(self, accepted: DataFrame, plan: LogPlan, unexplained: int, few: bool) -> str:
         return write_chained(self._spark, accepted, plan, self._warehouse, unexplained, few)
 
     def merge(self, layers: Sequence[str]) -> str:
         return merge_chained(self._spark, layers, self._warehouse)
 
-    def accounts(self, chained: Frame, pending: Frame | None, schema_rows: list[Any]) -> Frame:
-        chain = chained.filter(F.col("row_type") == "account").select(
-            "hash",
-            F.lit(None).cast("string").alias("schema_id"),
-            "state",
-            "reason",
-            "message",
-            F.lit("chain").alias("origin"),
-        )
+    def accounts(
+        self, chained: DataFrame, pending: DataFrame | None, schema_rows: list[tuple[object, ...]]
+    ) -> DataFrame:
+        chain = expressions.project(chained, CHAIN_ACCOUNTS, CHAIN_ACCOUNT)
         frames: list[DataFrame] = [chain]
         if schema_rows:
             frames.append(local_frame(self._spark, schema_rows, ACCOUNT_DDL))
@@ -193,7 +147,7 @@ class SparkIndexSteps:
             result = result.unionByName(frame)
         return result
 
-    def pending(self, accepted: Frame, wanted: list[tuple[Any, ...]]) -> Frame | None:
+    def pending(self, accepted: DataFrame, wanted: list[tuple[object, ...]]) -> DataFrame | None:
         if not wanted:
             return None
         logs = local_frame(self._spark, decimal_log_ids(wanted), PENDING_DDL)
@@ -202,7 +156,7 @@ class SparkIndexSteps:
         accounts = map_groups(planned, ("author", "log_id"), ("seq",), pending_group, ACCOUNT_ARROW)
         return accounts.withColumn("origin", F.lit("pending"))
 
-    def copy_accounts(self, accounts: Frame, url: str, stage: Stage) -> None:
+    def copy_accounts(self, accounts: DataFrame, url: str, stage: Stage) -> None:
         copy_frame(accounts, url, Target.into(stage, ACCOUNT_TARGET_COLUMNS))
 
     def accepted_at(
@@ -225,7 +179,7 @@ class SparkIndexSteps:
     def remove_run(self, run: str) -> None:
         remove(self._spark, self._warehouse.chained(run))
 
-    def release(self, chained: Frame) -> None:
+    def release(self, chained: DataFrame) -> None:
         chained.unpersist()
 
 
@@ -241,7 +195,7 @@ PENDING_DDL = (
 # --- the driver ----------------------------------------------------------------------------
 
 
-class DriverIndexSteps:
+class DriverIndexSteps(IndexSteps[pa.Table]):
     """The index step in this process (`pipeline.index.driver_path`): no Spark job."""
 
     path = BuildPath.DRIVER
@@ -249,28 +203,30 @@ class DriverIndexSteps:
     def __init__(self, warehouse: Warehouse) -> None:
         self._warehouse = warehouse
 
-    def verified(self, state: state_sql.PipelineState, since: int | None = None) -> Frame:
+    def verified(self, state: state_sql.PipelineState, since: int | None = None) -> pa.Table:
         return read_verified_locally(self._warehouse, state, since)
 
-    def rows(self, verified: Frame, entries: int | None = None) -> list[Row] | None:
+    def rows(self, verified: pa.Table, entries: int | None = None) -> list[Row] | None:
         return chain_rows(verified)  # few enough: the path was chosen by their number
 
-    def seqs(self, verified: Frame) -> dict[LogKey, list[int]]:
+    def seqs(self, verified: pa.Table) -> dict[LogKey, list[int]]:
         raise AssertionError("the driver path always holds the rows")  # `rows` never None
 
-    def chain(self, verified: Frame, rows: list[Row] | None, tips: dict[LogKey, Any]) -> Frame:
+    def chain(
+        self, verified: pa.Table, rows: list[Row] | None, tips: dict[LogKey, LogTip]
+    ) -> pa.Table:
         assert rows is not None
         return chain_locally(rows, tips)
 
-    def found(self, chained: Frame) -> ChainedLogs:
-        logs = chained.filter(pc.equal(chained["row_type"], pa.scalar("log")))
+    def found(self, chained: pa.Table) -> ChainedLogs:
+        logs = chained.filter(expression(CHAIN_LOG))
         rows = (row for batch in logs.to_batches() for row in python_rows(batch))
         return chaining.chained_logs_of(rows)
 
-    def accepted(self, verified: Frame, chained: Frame, held: int) -> Frame:
+    def accepted(self, verified: pa.Table, chained: pa.Table, held: int) -> pa.Table:
         return accepted_locally(verified, chained, held)
 
-    def write(self, accepted: Frame, plan: LogPlan, unexplained: int, few: bool) -> str:
+    def write(self, accepted: pa.Table, plan: LogPlan, unexplained: int, few: bool) -> str:
         run = secrets.token_hex(6)
         write_chained_locally(
             decoded_locally(accepted, plan, unexplained), self._warehouse.chained(run)
@@ -282,15 +238,17 @@ class DriverIndexSteps:
         write_chained_locally(read_layers_locally(layers), self._warehouse.chained(run))
         return run
 
-    def accounts(self, chained: Frame, pending: Frame | None, schema_rows: list[Any]) -> Frame:
-        chain_accounts = chained.filter(pc.equal(chained["row_type"], pa.scalar("account")))
-        rows: list[tuple[object, ...]] = [
-            (row["hash"], None, row["state"], row["reason"], row["message"], "chain")
-            for row in chain_accounts.select(["hash", "state", "reason", "message"]).to_pylist()
-        ]
-        return rows + list(schema_rows) + (pending or [])
+    def accounts(
+        self, chained: pa.Table, pending: pa.Table | None, schema_rows: list[tuple[object, ...]]
+    ) -> pa.Table:
+        chain = declared.project(chained, CHAIN_ACCOUNTS, CHAIN_ACCOUNT).cast(ACCOUNT_ORIGIN_ARROW)
+        schema = pa.Table.from_pylist(
+            [dict(zip(ACCOUNT_ORIGIN_ARROW.names, row, strict=True)) for row in schema_rows],
+            ACCOUNT_ORIGIN_ARROW,
+        )
+        return pa.concat_tables([chain, schema, *([] if pending is None else [pending])])
 
-    def pending(self, accepted: Frame, wanted: list[tuple[Any, ...]]) -> Frame | None:
+    def pending(self, accepted: pa.Table, wanted: list[tuple[object, ...]]) -> pa.Table | None:
         if not wanted:
             return None
         plans = {(author, log_id): rest for author, log_id, *rest in wanted}
@@ -303,11 +261,15 @@ class DriverIndexSteps:
         table = map_groups_locally(
             items, ("author", "log_id"), ("seq",), pending_group, ACCOUNT_ARROW
         )
-        return [(*row.values(), "pending") for row in table.to_pylist()]
+        origin = pa.array(["pending"] * table.num_rows, pa.string())
+        return table.append_column("origin", origin)
 
-    def copy_accounts(self, accounts: Frame, url: str, stage: Stage) -> None:
+    def copy_accounts(self, accounts: pa.Table, url: str, stage: Stage) -> None:
+        columns = [
+            column.to_pylist() for column in accounts.select(ACCOUNT_ORIGIN_ARROW.names).columns
+        ]
         with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
-            copy_rows(conn, Target.into(stage, ACCOUNT_TARGET_COLUMNS), accounts)
+            copy_rows(conn, Target.into(stage, ACCOUNT_TARGET_COLUMNS), zip(*columns, strict=True))
 
     def accepted_at(
         self, layers: Sequence[str], positions: list[LogPosition]
@@ -317,13 +279,13 @@ class DriverIndexSteps:
     def remove_run(self, run: str) -> None:
         remove_locally(self._warehouse.chained(run))
 
-    def release(self, chained: Frame) -> None:
+    def release(self, chained: pa.Table) -> None:
         return None
 
 
 def index_steps(
     spark: SparkSession, warehouse: Warehouse, entries: int | None, since: int = 0, through: int = 0
-) -> IndexSteps:
+) -> SparkIndexSteps | DriverIndexSteps:
     """The driver path when the entries to chain are few and pyarrow can open the
     warehouse; else Spark's. `entries`: how many (every good one, for a step that
     chains them all); None: those of the verified batches in (since, through], which

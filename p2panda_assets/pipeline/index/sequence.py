@@ -1,0 +1,374 @@
+"""The index step's one sequence, on either path (issue 55): `IndexSteps` is what a path
+implements (`pipeline.index.paths`: Spark frames or Arrow tables), and its `whole` and
+`appended` methods run the same sequence over them: chain, fold the schema logs, plan
+every log, write the accepted messages as a layer, account, commit. Whole and appended
+steps differ by what they continue and how they commit (`Whole`, `Appended`), not by a
+copy of the sequence.
+
+`IndexSteps` is generic over the path's frame type: the handles one step passes the next
+are typed on each path, and since the sequence is a method, a call on either path
+(`index_steps` gives one of two) needs no `Any` to type-check."""
+
+from __future__ import annotations
+
+import secrets
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
+from typing import Generic, TypeVar, cast
+
+import psycopg
+from pyspark.sql import DataFrame, SparkSession
+
+from p2panda_assets.engine.corpus import Catalog, LogKey, LogSummary
+from p2panda_assets.engine.relations import BuildOrder
+from p2panda_assets.failpoints import Failpoint, failpoint
+from p2panda_assets.pipeline.columnar.layers import keep_layer_sums, read_layers
+from p2panda_assets.pipeline.columnar.warehouse import Warehouse
+from p2panda_assets.pipeline.index.accounts import schema_account_rows, waiting_logs
+from p2panda_assets.pipeline.index.log_plan import (
+    LogPlan,
+    decided_columns,
+    log_rows_with_tips,
+    plan_logs,
+)
+from p2panda_assets.pipeline.kernels.batches import Row
+from p2panda_assets.pipeline.kernels.chain import ChainedLogs, ref_from_columns
+from p2panda_assets.protocol.log import LogTip
+from p2panda_assets.statuses import BuildPath
+from p2panda_assets.store import pipeline_state as state_sql
+from p2panda_assets.store.catalog import load_catalog, registered_schemas, schema_logs
+from p2panda_assets.store.staging import Stage, drop_tables, stage_table
+
+FrameT = TypeVar("FrameT")  # a path's frames: Spark's DataFrame, or an Arrow table
+LogPosition = tuple[bytes, int, int]
+CATALOG_CHANGED = "what was decided of an indexed log changes (a schema arrived or was registered)"
+
+
+@dataclass(frozen=True, slots=True)
+class IndexResult:
+    verified: int
+    logs: int
+    catalog: Catalog
+    order: BuildOrder
+    warehouse: Warehouse
+    layers: tuple[str, ...]  # the chained runs holding the store's messages, oldest first
+    fingerprint: str  # what the index was computed from
+    up_to_date: bool = False  # nothing changed since the last index step
+    batch: int = 0  # the newest verified batch the chained messages hold
+    path: BuildPath | None = None  # where the step ran; None: nothing to index
+    chained_all: str | None = None  # why the step chained every log again; None: it did not
+
+    def decoded(self, spark: SparkSession) -> DataFrame | None:
+        """Every chained message of the store (None before the first entry)."""
+        return read_layers(spark, [self.warehouse.chained(run) for run in self.layers])
+
+
+@dataclass(frozen=True, slots=True)
+class Whole:
+    """An index step that chains every log from its start and writes one new run."""
+
+    warehouse: Warehouse
+    state: state_sql.PipelineState
+    fingerprint: str
+    stored: Mapping[LogKey, StoredLog] = field(default_factory=dict)  # nothing to continue
+    tips: Mapping[LogKey, LogTip] = field(default_factory=dict)
+
+    def writes(self, logs: Mapping[LogKey, tuple[LogSummary, tuple[object, ...]]]) -> bool:
+        """Whether the step writes a layer: a whole step always writes its run."""
+        return True
+
+    def layers(self, run: str | None) -> tuple[str, ...]:
+        assert run is not None  # a whole step always writes its run
+        return (run,)
+
+    def commit(
+        self, conn: psycopg.Connection, rows: list[tuple[object, ...]], run: str | None
+    ) -> Callable[[Stage], None]:
+        assert run is not None
+        return lambda stage: state_sql.commit_index(
+            conn, rows, stage, run, self.fingerprint, self.state.batch
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Appended(Whole):
+    """An index step that continues the logs the new batches touch from their tips
+    (`tips`) and adds a layer on top of the store's (none if no log grew). `stored`:
+    what was decided of every log of the authors the new entries touch; of every log
+    of the store once `everyone` (`_every_log_when_the_catalog_may_change`)."""
+
+    everyone: bool = False
+
+    def writes(self, logs: Mapping[LogKey, tuple[LogSummary, tuple[object, ...]]]) -> bool:
+        """No layer without a message to hold (`_grew`)."""
+        return _grew(logs, self.stored)
+
+    def layers(self, run: str | None) -> tuple[str, ...]:
+        return self.state.layers if run is None else (*self.state.layers, run)
+
+    def commit(
+        self, conn: psycopg.Connection, rows: list[tuple[object, ...]], run: str | None
+    ) -> Callable[[Stage], None]:
+        layers = self.layers(run)
+        return lambda stage: state_sql.commit_appended(
+            conn, rows, stage, layers[1:], self.fingerprint, self.state.batch
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class StoredLog:
+    """A logs row: what the last index step decided of the log, and where it stood."""
+
+    summary: LogSummary
+    decided: tuple[object, ...]  # schema, assignment, why_reason, why_message
+    tip_seq: int | None  # None: indexed by a release that did not record it
+    tip_ended: bool
+    clean: bool
+
+
+def _every_log_when_the_catalog_may_change(
+    conn: psycopg.Connection, how: Whole, found: ChainedLogs
+) -> Whole:
+    """`how`, holding what was decided of every log of the store if the catalog may
+    differ from the last step's: a schema log has new entries, or the schemas registered
+    changed. Only then can what was decided of a log the new entries do not touch
+    change; otherwise a log's plan depends on the catalog and on its author's other
+    logs alone (`Catalog.assign`), and an append reads the logs of the authors it
+    touches, not a row per log of the store."""
+    if not isinstance(how, Appended) or how.everyone:
+        return how
+    schema_log_grew = any(summary.is_schema for summary, _ in found.logs.values()) or any(
+        how.stored[key].summary.is_schema for key in found.logs if key in how.stored
+    )
+    if schema_log_grew or state_sql.registered_since_indexed(conn, how.fingerprint):
+        return replace(how, stored=stored_logs(conn), everyone=True)
+    return how
+
+
+def stored_logs(
+    conn: psycopg.Connection, authors: Collection[bytes] | None = None
+) -> dict[LogKey, StoredLog]:
+    """What was decided of every log (of `authors`' logs, if given)."""
+    logs: dict[LogKey, StoredLog] = {}
+    for row in state_sql.stored_logs(conn, authors):
+        author, log_id, is_schema, ref_id, ref_version, ref_hash = row[:6]
+        ref = ref_from_columns(
+            cast(str | None, ref_id),
+            cast(Decimal | None, ref_version),
+            cast(bytes | None, ref_hash),
+        )
+        tip_seq, tip_ended, clean = row[10:13]
+        logs[(bytes(cast(bytes, author)), int(cast(Decimal, log_id)))] = StoredLog(
+            LogSummary(bool(is_schema), ref),
+            tuple(row[6:10]),
+            None if tip_seq is None else int(cast(Decimal, tip_seq)),
+            bool(tip_ended),
+            bool(clean),
+        )
+    return logs
+
+
+def _grew(
+    logs: Mapping[LogKey, tuple[LogSummary, tuple[object, ...]]],
+    stored: Mapping[LogKey, StoredLog],
+) -> bool:
+    """Whether the chain accepted a new entry: some log's tip moved. A registration
+    alone brings none, and so do new entries the chain rules all reject or hold: a
+    layer of no message would have no file, and reading the layers would fail."""
+    for key, (_, (tip_seq, _, _)) in logs.items():
+        before = stored.get(key)
+        if int(cast(Decimal, tip_seq)) > (before.tip_seq or 0 if before else 0):
+            return True
+    return False
+
+
+class IndexSteps(ABC, Generic[FrameT]):
+    """What the index step does with its entries, on one path (`pipeline.index.paths`),
+    and the sequence it runs them in (`whole`, `appended`)."""
+
+    path: BuildPath
+
+    @abstractmethod
+    def verified(self, state: state_sql.PipelineState, since: int | None = None) -> FrameT:
+        """The good verified entries: all, or those of the batches after `since`."""
+
+    @abstractmethod
+    def rows(self, verified: FrameT, entries: int | None = None) -> list[Row] | None:
+        """What the chain step reads of `verified` (of `entries` entries, if known), in
+        the driver; None if too many for the driver to chain."""
+
+    @abstractmethod
+    def seqs(self, verified: FrameT) -> dict[LogKey, list[int]]:
+        """The seq nums of `verified`'s entries by log (when `rows` gave None)."""
+
+    @abstractmethod
+    def chain(self, verified: FrameT, rows: list[Row] | None, tips: dict[LogKey, LogTip]) -> FrameT:
+        """Every log of `verified` (its `rows`, if held) through the chain rules, each
+        continued from its tip in `tips`: a row per log and per entry refused or held."""
+
+    @abstractmethod
+    def found(self, chained: FrameT) -> ChainedLogs:
+        """What the chain step found, from its `log` rows."""
+
+    @abstractmethod
+    def accepted(self, verified: FrameT, chained: FrameT, held: int) -> FrameT:
+        """The entries of `verified` the chain rules accepted (`held`: how many not)."""
+
+    @abstractmethod
+    def write(self, accepted: FrameT, plan: LogPlan, unexplained: int, few: bool) -> str:
+        """The accepted entries as a new chained run of the warehouse; its name."""
+
+    @abstractmethod
+    def merge(self, layers: Sequence[str]) -> str:
+        """The messages of the chained `layers` (their roots) as one new chained run of
+        the warehouse, by the same `schema=` partitions; its name."""
+
+    @abstractmethod
+    def accounts(
+        self, chained: FrameT, pending: FrameT | None, schema_rows: list[tuple[object, ...]]
+    ) -> FrameT:
+        """The index accounts (`ACCOUNT_TARGET_COLUMNS`): the chain rules', `schema_rows`
+        (`accounts.schema_account_rows`), and `pending`'s."""
+
+    @abstractmethod
+    def pending(self, accepted: FrameT, wanted: list[tuple[object, ...]]) -> FrameT | None:
+        """The accounts of the entries of the logs `wanted` names
+        (`pipeline.index.accounts.pending_group`), None for no log."""
+
+    @abstractmethod
+    def copy_accounts(self, accounts: FrameT, url: str, stage: Stage) -> None:
+        """`accounts` into the staging table `stage`."""
+
+    @abstractmethod
+    def accepted_at(
+        self, layers: Sequence[str], positions: list[LogPosition]
+    ) -> list[tuple[LogPosition, bytes]]:
+        """The hash of the accepted entry at each position the chained `layers` hold."""
+
+    @abstractmethod
+    def remove_run(self, run: str) -> None:
+        """Remove the chained run `run` (one this step wrote and did not commit)."""
+
+    @abstractmethod
+    def release(self, chained: FrameT) -> None:
+        """Let go of what `chain` kept (Spark's persisted rows)."""
+
+    def whole(self, conn: psycopg.Connection, url: str, how: Whole, entries: int) -> IndexResult:
+        """Chain every log of the store's `entries` good entries again, into one run."""
+        every = self.verified(how.state)
+        result = self.index(conn, url, how, every, self.rows(every, entries))
+        assert not isinstance(result, str)  # nothing indexed before to contradict
+        return result
+
+    def appended(
+        self,
+        conn: psycopg.Connection,
+        url: str,
+        state: state_sql.PipelineState,
+        since: int,
+        how: Callable[[dict[LogKey, list[int]]], Appended | str],
+    ) -> IndexResult | str:
+        """Continue the logs that the entries of the batches after `since` touch; `how`
+        continues them, given their seq nums by log, or says why not."""
+        new = self.verified(state, since)
+        held = self.rows(new)
+        seqs: dict[LogKey, list[int]] = {}
+        if held is not None:
+            for entry in held:
+                key = (cast(bytes, entry["author"]), cast(int, entry["log_id"]))
+                seqs.setdefault(key, []).append(cast(int, entry["seq"]))
+        else:
+            seqs = self.seqs(new)
+        appended = how(seqs)
+        if isinstance(appended, str):
+            return appended
+        return self.index(conn, url, appended, new, held)
+
+    def index(
+        self,
+        conn: psycopg.Connection,
+        url: str,
+        how: Whole,
+        new: FrameT,
+        held: list[Row] | None,
+    ) -> IndexResult | str:
+        """The index step's one sequence, whole or appended (`how`): chain the `new`
+        verified entries (from the logs' tips when appending), fold the schema logs, plan
+        every log, write the accepted messages as a layer, and commit the logs, the accounts
+        and the layers in one transaction. Why not, when appending would change what the
+        index decided of a log already indexed: only chaining every log again is exact then.
+        `held`: the new entries as rows, if the driver holds them."""
+        chained = self.chain(new, held, dict(how.tips))
+        try:
+            found = self.found(chained)
+            how = _every_log_when_the_catalog_may_change(conn, how, found)
+            logs: dict[LogKey, tuple[LogSummary, tuple[object, ...]]] = {}
+            for key, (summary, tip) in found.logs.items():
+                before = how.stored.get(key)
+                logs[key] = (summary if before is None else before.summary, tip)
+            summaries = {key: old.summary for key, old in how.stored.items()}
+            summaries.update({key: summary for key, (summary, _) in logs.items()})
+            schema_keys = {key for key, summary in summaries.items() if summary.is_schema}
+            if isinstance(how, Appended) and not how.everyone:
+                schema_keys.update(schema_logs(conn))  # the same catalog as the last step's
+            catalog = load_catalog(conn, sorted(schema_keys), registered_schemas(conn))
+            order = catalog.order()
+            plan = plan_logs(summaries, catalog, order)
+            if any(decided_columns(plan[key]) != old.decided for key, old in how.stored.items()):
+                return CATALOG_CHANGED
+            accepted = self.accepted(new, chained, found.held)
+            run: str | None = None
+            if how.writes(logs):
+                run = self.write(accepted, plan, found.unexplained, held is not None)
+            layers = how.layers(run)
+            accounts = self._accounts(chained, accepted, catalog, plan)
+            log_rows = log_rows_with_tips(logs, plan)
+            self.commit(conn, url, accounts, run, how.commit(conn, log_rows, run))
+            if run is not None:
+                keep_layer_sums(conn, run, layers, plan, found.sums)
+        finally:
+            self.release(chained)
+        everyone = not isinstance(how, Appended) or how.everyone
+        return IndexResult(
+            0,
+            len(summaries) if everyone else state_sql.count_logs(conn),
+            catalog,
+            order,
+            how.warehouse,
+            layers,
+            how.fingerprint,
+            batch=how.state.batch,
+            path=self.path,
+        )
+
+    def _accounts(
+        self, chained: FrameT, accepted: FrameT, catalog: Catalog, plan: LogPlan
+    ) -> FrameT:
+        """The accounts the index decides: chain rules, schema log entries, and the logs
+        no schema build will reduce (their schema cannot be determined, is not built, or
+        the author has a lower log for it)."""
+        pending = self.pending(accepted, waiting_logs(plan))
+        return self.accounts(chained, pending, schema_account_rows(catalog))
+
+    def commit(
+        self,
+        conn: psycopg.Connection,
+        url: str,
+        accounts: FrameT,
+        run: str | None,
+        settle: Callable[[Stage], None],
+    ) -> None:
+        """Stage the index accounts, then `settle` them with the rest of the step in one
+        transaction; on any failure, drop the stage and the chained run this step wrote."""
+        stage = stage_table(conn, "accounts", secrets.token_hex(6))
+        try:
+            self.copy_accounts(accounts, url, stage)
+            failpoint(Failpoint.INDEXED)
+            settle(stage)
+        except BaseException:
+            drop_tables(conn, [stage])
+            if run is not None:
+                self.remove_run(run)
+            raise
