@@ -189,6 +189,16 @@ def tampered_parquet(store: Store, schema_id: str, tamper) -> Iterator[None]:
         saved.rename(path)
 
 
+@pytest.fixture(params=["driver", "spark"])
+def checked_in(request: pytest.FixtureRequest, tune) -> str:
+    """The decoded check both ways: its few new messages read by pyarrow and checked with
+    pandera's pandas backend (the default for a live run's), or in Spark (the driver
+    path turned off); the same findings either way."""
+    if request.param == "spark":
+        tune(driver_path_entries=-1)
+    return request.param
+
+
 def test_the_decoded_parquet_is_written_as_it_is_read(store: Store) -> None:
     """Layers are read with `DECODED_SPARK` imposed, not with the schema their files
     hold: the index step must write exactly those columns and types."""
@@ -201,7 +211,9 @@ def test_the_decoded_parquet_is_written_as_it_is_read(store: Store) -> None:
     ]
 
 
-def test_the_decoded_check_reads_only_layers_it_has_not_passed(store: Store) -> None:
+def test_the_decoded_check_reads_only_layers_it_has_not_passed(
+    store: Store, checked_in: str
+) -> None:
     """Layers never change once written: after a pass, the check reads none of them
     again, until its record is gone (or new layers come)."""
     again = store.run_check(decoded_messages_match_their_model, store.mail)
@@ -212,6 +224,7 @@ def test_the_decoded_check_reads_only_layers_it_has_not_passed(store: Store) -> 
         forget_checked_layers(conn, store.mail)
     fresh = store.run_check(decoded_messages_match_their_model, store.mail)
     assert fresh.passed
+    assert fresh.metadata["checked_in"].value == checked_in
     assert fresh.metadata["layers_read"].value == 1
     assert fresh.metadata["rows"].value == 6  # the schema log's 3 entries and 3 letters
     with store.connect() as conn:
@@ -225,7 +238,7 @@ def _replace(table: pa.Table, column: str, values: list) -> pa.Table:
     return table.set_column(index, column, pa.array(values, table.schema.field(column).type))
 
 
-def test_decoded_check_fails_on_bad_hashes_seqs_and_kinds(store: Store) -> None:
+def test_decoded_check_fails_on_bad_hashes_seqs_and_kinds(store: Store, checked_in: str) -> None:
     def tamper(table: pa.Table) -> pa.Table:
         hashes = table.column("hash").to_pylist()
         seqs = table.column("seq").to_pylist()
@@ -239,6 +252,7 @@ def test_decoded_check_fails_on_bad_hashes_seqs_and_kinds(store: Store) -> None:
     with tampered_parquet(store, store.mail, tamper):
         evaluation = store.run_check(decoded_messages_match_their_model, store.mail)
     assert not evaluation.passed
+    assert evaluation.metadata["checked_in"].value == checked_in
     assert "hash: hash_is_34_or_66_bytes" in evaluation.description
     assert "seq: greater_than_or_equal_to(1)" in evaluation.description
     assert "kind: isin" in evaluation.description
@@ -251,7 +265,40 @@ def test_decoded_check_fails_on_bad_hashes_seqs_and_kinds(store: Store) -> None:
     assert store.run_check(decoded_messages_match_their_model, store.mail).passed
 
 
-def test_decoded_check_fails_on_a_message_with_neither_kind_nor_error(store: Store) -> None:
+def test_the_decoded_check_says_the_same_in_the_driver_and_in_spark(store: Store, tune) -> None:
+    """Every finding at once (a short hash, a seq 0, a bogus kind, a null author, a
+    message in neither form, a repeated entry): both backends give the same description,
+    the same failing rows and the same metadata, but for where it ran."""
+
+    def tamper(table: pa.Table) -> pa.Table:
+        hashes, seqs = table.column("hash").to_pylist(), table.column("seq").to_pylist()
+        kinds, authors = table.column("kind").to_pylist(), table.column("author").to_pylist()
+        hashes[0], seqs[1], kinds[2], authors[3] = hashes[0][:10], type(seqs[1])(0), "bogus", None
+        table = _replace(_replace(table, "hash", hashes), "seq", seqs)
+        table = _replace(_replace(table, "kind", kinds), "author", authors)
+        for column in ("payload", "message"):
+            values = table.column(column).to_pylist()
+            values[4] = None
+            table = _replace(table, column, values)
+        return pa.concat_tables([table, table.slice(5, 1)])
+
+    results = []
+    with tampered_parquet(store, store.mail, tamper):
+        results.append(store.run_check(decoded_messages_match_their_model, store.mail))
+        tune(driver_path_entries=-1)
+        results.append(store.run_check(decoded_messages_match_their_model, store.mail))
+    driver, spark = results
+    assert [r.metadata["checked_in"].value for r in results] == ["driver", "spark"]
+    assert not driver.passed and not spark.passed
+    assert driver.description == spark.description
+    shown = {k: v.value for k, v in driver.metadata.items() if k != "checked_in"}
+    assert shown == {k: v.value for k, v in spark.metadata.items() if k != "checked_in"}
+    assert len(driver.metadata["failing_rows"].value) == 7
+
+
+def test_decoded_check_fails_on_a_message_with_neither_kind_nor_error(
+    store: Store, checked_in: str
+) -> None:
     def tamper(table: pa.Table) -> pa.Table:
         kinds = table.column("kind").to_pylist()
         kinds[0] = None
@@ -260,10 +307,12 @@ def test_decoded_check_fails_on_a_message_with_neither_kind_nor_error(store: Sto
     with tampered_parquet(store, store.mail, tamper):
         evaluation = store.run_check(decoded_messages_match_their_model, store.mail)
     assert not evaluation.passed
+    assert evaluation.metadata["checked_in"].value == checked_in
     assert "kind_xor_error" in evaluation.description
+    assert evaluation.metadata["failing_rows"].value == {"kind_xor_error": 1}
 
 
-def test_decoded_check_fails_on_nulls_and_repeated_entries(store: Store) -> None:
+def test_decoded_check_fails_on_nulls_and_repeated_entries(store: Store, checked_in: str) -> None:
     """Nullability and uniqueness are counted like every other check."""
 
     def tamper(table: pa.Table) -> pa.Table:
@@ -279,6 +328,7 @@ def test_decoded_check_fails_on_nulls_and_repeated_entries(store: Store) -> None
     with tampered_parquet(store, store.mail, tamper):
         evaluation = store.run_check(decoded_messages_match_their_model, store.mail)
     assert not evaluation.passed
+    assert evaluation.metadata["checked_in"].value == checked_in
     assert evaluation.metadata["failing_rows"].value == {
         "author: not_nullable": 1,
         "payload_or_message": 1,
