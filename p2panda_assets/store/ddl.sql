@@ -231,6 +231,14 @@ CREATE TABLE IF NOT EXISTS p2panda.pipeline_lock_holder (
     progress_at timestamptz
 );
 
+-- What the entries sensor has read of the entry store (store/entry_claims.py): its cursor
+-- as of its last tick, written under the entries lock. The live listener reads it under the
+-- same lock and leaves those entries to the sensor, so one entry is one run.
+CREATE TABLE IF NOT EXISTS p2panda.entries_claim (
+    id     integer PRIMARY KEY CHECK (id = 1),
+    cursor text NOT NULL
+);
+
 -- "Pending" is the one word for not-yet (statuses.py): rows written before it said
 -- 'waiting' (a schema's status, a log's assignment, the stage of an account).
 UPDATE p2panda.schemas SET status = 'pending' WHERE status = 'waiting';
