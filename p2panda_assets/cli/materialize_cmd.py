@@ -82,6 +82,7 @@ def run_as_of(args: argparse.Namespace) -> int:
     from p2panda_assets.defs.orchestration import materialize_as_of
     from p2panda_assets.store.database import connect
     from p2panda_assets.store.schema_versions import version_table
+    from p2panda_assets.store.views import qualified_view
 
     version = parse_version(args.as_of_version)
     if len(args.schema_ids) != 1:
@@ -90,11 +91,12 @@ def run_as_of(args: argparse.Namespace) -> int:
     materialize_as_of(schema_id, version)
     with connect() as conn:
         found = version_table(conn, schema_id, version)
+        view = found[2] if found is not None else None
+        shown = f"  view {qualified_view(conn, view)}" if view else ""
     if found is None:
         print(f"{schema_id}  version {version}  no fields, no table")
         return 0
-    rows, table, view = found
-    shown = f"  view p2panda_api.{view!r}" if view else ""
+    rows, table, _view = found
     print(f"{schema_id}  version {version}  {rows} rows  {table}{shown}")
     return 0
 

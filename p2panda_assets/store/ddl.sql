@@ -123,12 +123,12 @@ CREATE TABLE IF NOT EXISTS p2panda.schema_versions (
     version_hash    text NOT NULL,
     table_name      text NOT NULL UNIQUE,
     rows            bigint NOT NULL,
-    view_name       text,          -- in p2panda_api: "<name>@<version>"
+    view_name       text,          -- in p2panda_api: "<name>_v<version>"
     materialized_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (schema_id, version)
 );
 
--- Views named after registered names (and "<name>@<version>" for the tables above),
+-- Views named after registered names (and "<name>_v<version>" for the tables above),
 -- for tools that generate APIs from PostgreSQL; derived from the registry (views.py).
 CREATE SCHEMA IF NOT EXISTS p2panda_api;
 
