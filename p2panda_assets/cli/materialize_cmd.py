@@ -104,7 +104,7 @@ def run_as_of(args: argparse.Namespace) -> int:
 def resolve_schemas(arguments: list[str]) -> list[str]:
     """The schema ids the arguments stand for: schema ids as they are, names through the
     registry (the resolver `panda check` uses)."""
-    from p2panda_assets.coordination import is_schema_id, resolve_schema_id
+    from p2panda_assets.coordination import is_schema_id, registered_names, resolve_schema_id
 
     if all(is_schema_id(argument) for argument in arguments):
         # Nothing to look up: no database needed for this.
@@ -113,5 +113,7 @@ def resolve_schemas(arguments: list[str]) -> list[str]:
     from p2panda_assets.store.registry import registered_schemas
 
     with open_store() as conn:
-        names = {row.schema_id: row.shown_name for row in registered_schemas(conn)}
-    return [resolve_schema_id(argument, names, "is registered") for argument in arguments]
+        names = registered_names(registered_schemas(conn))
+    return [
+        resolve_schema_id(argument, names, "is registered", holders=True) for argument in arguments
+    ]
