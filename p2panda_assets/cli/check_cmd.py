@@ -6,7 +6,7 @@ conflicting) and exit 0 when the version is present, 3 when it is not: a script 
 branch on the exit status alone. Errors exit 1, as every command's do. A name that no
 registered schema has is `not-present` too (no schema id): the object's `message` says
 so, with the closest registered names, and nothing more is printed. (It was said again
-on stderr as a warning, twice in a terminal; stderr is for errors, SPEC's CLI section.)
+on stderr as a warning, twice in a terminal; stderr is for errors.)
 """
 
 from __future__ import annotations
