@@ -9,8 +9,12 @@ the answer is right also after a restore from an older backup:
 - `not-present`: no registered schema by that name or id, or its table was never built;
 - `needs-update`: the table holds an older version;
 - `too-new`: the table holds a later version (the application is the older party);
-- `conflicting`: the name is shared by two registered schemas, or the version is not
-  the one the application knows (reverted, rejected, or another entry hash).
+- `conflicting`: the version is not the one the application knows (reverted, rejected,
+  or another entry hash).
+
+A name two registered schemas are known by (own names met after their registration) is
+its holder's, as its view is (rule T-VIEW, `name_holder`): the registered name first,
+then the schema registered first.
 
 `ensure` materializes what is missing (registering a schema named by its id) and checks
 again; it never downgrades: a `too-new` table stays as it is.
@@ -76,18 +80,7 @@ def check(
             else unknown_name_message(schema, names, "is registered")
         )
         return CheckResult(schema, None, version, Presence.NOT_PRESENT, None, message)
-    if len(rows) > 1:
-        ids = ", ".join(row.schema_id for row in rows)
-        return CheckResult(
-            schema,
-            None,
-            version,
-            Presence.CONFLICTING,
-            None,
-            f"{len(rows)} registered schemas are named {schema!r} ({ids}): register one"
-            " with --name",
-        )
-    row = rows[0]
+    row = name_holder(rows)
 
     def result(outcome: Presence, message: str) -> CheckResult:
         return CheckResult(schema, row.schema_id, version, outcome, row.version, message)
@@ -140,6 +133,25 @@ def ensure(schema: str, version: int, version_hash: str | None = None) -> CheckR
     return replace(after, changed=True)
 
 
+def name_holder(rows: list[RegistryRow]) -> RegistryRow:
+    """Of registered schemas known by one name, the one that holds it, as for its view
+    (`store.views.view_holder`): a registered name before a schema's own name, then the
+    schema registered first. `panda register` keeps names unique; two share one only
+    when a schema's own name is read after its registration."""
+    return min(
+        rows, key=lambda row: (row.registered_name is None, row.registered_at, row.schema_id)
+    )
+
+
+def registered_names(rows: list[RegistryRow]) -> dict[str, str | None]:
+    """Schema id -> the name it is known by, holders first (`name_holder`): what
+    `resolve_schema_id(..., holders=True)` resolves a registry name in."""
+    ordered = sorted(
+        rows, key=lambda row: (row.registered_name is None, row.registered_at, row.schema_id)
+    )
+    return {row.schema_id: row.shown_name for row in ordered}
+
+
 def _named(rows: list[RegistryRow], schema: str) -> list[RegistryRow]:
     ids = set(schemas_named(schema, {row.schema_id: row.shown_name for row in rows}))
     return [row for row in rows if row.schema_id in ids]
@@ -154,18 +166,22 @@ def schemas_named(schema: str, names: Mapping[str, str | None]) -> list[str]:
     return [known for known, name in names.items() if name == schema]
 
 
-def resolve_schema_id(schema: str, names: Mapping[str, str | None], where: str) -> str:
+def resolve_schema_id(
+    schema: str, names: Mapping[str, str | None], where: str, holders: bool = False
+) -> str:
     """The schema id a command's argument stands for: a schema id as it is (the command
     says if it knows none such), a name if exactly one schema in `names` has it (`where`
     says where they are, as in "is registered"); else `unknown-schema` (no schema has
-    that name: a typo, most likely) or `bad-input` (two have it)."""
+    that name: a typo, most likely) or `bad-input` (two have it). `holders`: `names` is
+    the registry's, holders first (`registered_names`), and a shared name is its
+    holder's, as its view is."""
     schema_id = _schema_id_or_none(schema)
     if schema_id is not None:
         return schema_id
     ids = schemas_named(schema, names)
     if not ids:
         raise P2pandaError(Reason.UNKNOWN_SCHEMA, unknown_name_message(schema, names, where))
-    if len(ids) > 1:
+    if len(ids) > 1 and not holders:
         raise P2pandaError(
             Reason.BAD_INPUT,
             f"{len(ids)} schemas are named {schema!r} ({', '.join(sorted(ids))}):"

@@ -4,15 +4,15 @@ that version of a schema (`coordination.check`), and materializing it if it does
 Both print one JSON object (`outcome`: present, not-present, needs-update, too-new or
 conflicting) and exit 0 when the version is present, 3 when it is not: a script can
 branch on the exit status alone. Errors exit 1, as every command's do. A name that no
-registered schema has is `not-present` too, and a `warning: unknown-schema:` line on
-stderr says so, with the closest registered names.
+registered schema has is `not-present` too (no schema id): the object's `message` says
+so, with the closest registered names, and nothing more is printed. (It was said again
+on stderr as a warning, twice in a terminal; stderr is for errors.)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import TYPE_CHECKING
 
 from p2panda_assets.errors import P2pandaError, Reason
@@ -56,22 +56,7 @@ def _report(result: CheckResult) -> int:
     from p2panda_assets.coordination import Presence
 
     print(json.dumps(result.as_json(), ensure_ascii=False))
-    if names_nothing(result):
-        print(f"warning: {Reason.UNKNOWN_SCHEMA}: {result.message}", file=sys.stderr)
     return 0 if result.outcome is Presence.PRESENT else EXIT_NOT_PRESENT
-
-
-def names_nothing(result: CheckResult) -> bool:
-    """Whether the schema was named by a name no registered schema has: the answer is
-    `not-present` all the same (exit 3), as for a schema not built yet, so the name
-    mistyped is said on stderr, with the closest names."""
-    from p2panda_assets.coordination import Presence, is_schema_id
-
-    return (
-        result.schema_id is None
-        and result.outcome is Presence.NOT_PRESENT
-        and not is_schema_id(result.schema)
-    )
 
 
 def parse_version(text: str) -> int:

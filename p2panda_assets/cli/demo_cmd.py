@@ -153,17 +153,30 @@ def write_story_until_revert(author: Author) -> dict[str, str]:
     return ids
 
 
-def serve(story: Path, author: Author) -> str:
+def serve(story: Path, author: Author, explain: bool = False) -> str:
     """The server's side: ingest, register, materialize (through Dagster); what it
-    printed, for the narration to come first."""
+    printed, for the narration to come first; `explain`: with what `built:` means."""
     ingested = _panda("ingest", str(story))
     for name in ("profile", "attachment", "slothmail"):
         key, log_id = parse_schema_id(author.schema_id(name))
         _panda("register", key.hex(), str(log_id), "--name", name)
+    materialized = _panda("materialize")
     return (
         f"$ panda ingest {shlex.quote(str(story))}\n{ingested}\n"
-        f"$ panda materialize\n{_panda('materialize')}"
+        f"$ panda materialize\n{materialized}{built_legend(materialized) if explain else ''}"
     )
+
+
+BUILT_LEGEND = (
+    "(built: where a table was built: spark = Spark jobs, driver = a small change, no Spark)"
+)
+
+
+def built_legend(materialized: str) -> str:
+    """The line that says what `panda materialize`'s `built: driver|spark` means, after
+    its output when it says it (issue 56: the demo printed it unexplained)."""
+    said = any(" built: " in line for line in materialized.splitlines())
+    return f"\n{BUILT_LEGEND}" if said else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -432,7 +445,7 @@ def run_demo(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="p2panda-demo-") as scratch:
         author = Author(Path(scratch) / "author", story)
         write_story_until_revert(author)
-        served = serve(story, author)
+        served = serve(story, author, explain=True)
         slothmail = author.schema_id("slothmail")
         before = snapshot(slothmail, story)
         print(f"== {opening(before)}\n{served}")

@@ -82,6 +82,7 @@ def run_as_of(args: argparse.Namespace) -> int:
     from p2panda_assets.defs.orchestration import materialize_as_of
     from p2panda_assets.store.database import connect
     from p2panda_assets.store.schema_versions import version_table
+    from p2panda_assets.store.views import qualified_view
 
     version = parse_version(args.as_of_version)
     if len(args.schema_ids) != 1:
@@ -90,11 +91,12 @@ def run_as_of(args: argparse.Namespace) -> int:
     materialize_as_of(schema_id, version)
     with connect() as conn:
         found = version_table(conn, schema_id, version)
+        view = found[2] if found is not None else None
+        shown = f"  view {qualified_view(conn, view)}" if view else ""
     if found is None:
         print(f"{schema_id}  version {version}  no fields, no table")
         return 0
-    rows, table, view = found
-    shown = f"  view p2panda_api.{view!r}" if view else ""
+    rows, table, _view = found
     print(f"{schema_id}  version {version}  {rows} rows  {table}{shown}")
     return 0
 
@@ -102,7 +104,7 @@ def run_as_of(args: argparse.Namespace) -> int:
 def resolve_schemas(arguments: list[str]) -> list[str]:
     """The schema ids the arguments stand for: schema ids as they are, names through the
     registry (the resolver `panda check` uses)."""
-    from p2panda_assets.coordination import is_schema_id, resolve_schema_id
+    from p2panda_assets.coordination import is_schema_id, registered_names, resolve_schema_id
 
     if all(is_schema_id(argument) for argument in arguments):
         # Nothing to look up: no database needed for this.
@@ -111,5 +113,7 @@ def resolve_schemas(arguments: list[str]) -> list[str]:
     from p2panda_assets.store.registry import registered_schemas
 
     with open_store() as conn:
-        names = {row.schema_id: row.shown_name for row in registered_schemas(conn)}
-    return [resolve_schema_id(argument, names, "is registered") for argument in arguments]
+        names = registered_names(registered_schemas(conn))
+    return [
+        resolve_schema_id(argument, names, "is registered", holders=True) for argument in arguments
+    ]

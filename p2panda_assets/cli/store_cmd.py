@@ -345,13 +345,15 @@ def run_status(args: argparse.Namespace) -> int:
 def run_rejected(schema: str | None, *, wide: bool) -> int:
     """`panda status --rejected [NAME|SCHEMA_ID]`: every rejected entry of the schema,
     or of the store (those rejected before their log had a schema, too)."""
-    from p2panda_assets.coordination import resolve_schema_id
+    from p2panda_assets.coordination import registered_names, resolve_schema_id
     from p2panda_assets.store.registry import registered_schemas, store_totals
     from p2panda_assets.store.rejections import rejections as rejected_entries
 
     with open_store() as conn:
-        names = {row.schema_id: row.shown_name for row in registered_schemas(conn)}
-        schema_id = None if schema is None else resolve_schema_id(schema, names, "is registered")
+        names = registered_names(registered_schemas(conn))
+        schema_id = (
+            None if schema is None else resolve_schema_id(schema, names, "is registered", True)
+        )
         found = rejected_entries(conn, schema_id)
         unprocessed = store_totals(conn).unprocessed
     scope = "the store" if schema_id is None else f"schema {schema_id}"

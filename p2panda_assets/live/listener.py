@@ -20,6 +20,10 @@ and at most one more waits behind the run in progress.
 Started with the listener down (the daemon's first dequeue loop, a lost connection), the
 cursor starts at the last `ingest_seq` handed out: entries committed while no listener
 ran are the sensors', which find them within their interval.
+
+One run per entry: the listener and the entries sensor decide under one lock, and the
+listener reads on from the sensor's last read (`store.entry_claims`): an entry the
+sensor saw is the sensor's, a run the listener created is seen by the sensor's next read.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from p2panda_assets.defs.sensors.coverage import (
 )
 from p2panda_assets.defs.sensors.requests import requested_schema
 from p2panda_assets.store.database import connect, database_url, ensure_schema
+from p2panda_assets.store.entry_claims import claimed_entries, entries_lock
 from p2panda_assets.store.feed import writers
 from p2panda_assets.store.notify import listen
 
@@ -118,10 +123,20 @@ class Listener:
         """The entries sensor's decision on the listener's cursor; its runs submitted.
         Nothing while the entries sensor is stopped (in the UI): the listener is its fast
         path, and the sensor reads these entries from its own cursor once it runs again."""
+        with entries_lock(conn):
+            return self._tick(conn, submitter)
+
+    def _tick(self, conn: psycopg.Connection, submitter: RunSubmitter) -> list[dg.DagsterRun]:
+        """`tick`, under the entries lock: past what the entries sensor read already (its
+        runs are its own: `store.entry_claims`), and the runs created before the lock is
+        let go, so the sensor's next read finds them."""
         assert self.cursor is not None
         if entries_sensor_stopped(self._instance):
             self.cursor = EntryCursor(seq=writers(conn).handed_out)
             return []
+        claimed = claimed_entries(conn)
+        if claimed is not None:
+            self.cursor = self.cursor.union(EntryCursor.parse(claimed))
         queued = queued_selections(self._instance)
         covered = entries_covered(self._instance)
         result = entries_tick(conn, self.cursor, time.time(), queued=queued, covered=covered)

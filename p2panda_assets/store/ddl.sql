@@ -127,12 +127,12 @@ CREATE TABLE IF NOT EXISTS p2panda.schema_versions (
     version_hash    text NOT NULL,
     table_name      text NOT NULL UNIQUE,
     rows            bigint NOT NULL,
-    view_name       text,          -- in p2panda_api: "<name>@<version>"
+    view_name       text,          -- in p2panda_api: "<name>_v<version>"
     materialized_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (schema_id, version)
 );
 
--- Views named after registered names (and "<name>@<version>" for the tables above),
+-- Views named after registered names (and "<name>_v<version>" for the tables above),
 -- for tools that generate APIs from PostgreSQL; derived from the registry (views.py).
 CREATE SCHEMA IF NOT EXISTS p2panda_api;
 
@@ -236,6 +236,14 @@ CREATE TABLE IF NOT EXISTS p2panda.pipeline_lock_holder (
     since       timestamptz NOT NULL,
     progress    text,
     progress_at timestamptz
+);
+
+-- What the entries sensor has read of the entry store (store/entry_claims.py): its cursor
+-- as of its last tick, written under the entries lock. The live listener reads it under the
+-- same lock and leaves those entries to the sensor, so one entry is one run.
+CREATE TABLE IF NOT EXISTS p2panda.entries_claim (
+    id     integer PRIMARY KEY CHECK (id = 1),
+    cursor text NOT NULL
 );
 
 -- "Pending" is the one word for not-yet (statuses.py): rows written before it said

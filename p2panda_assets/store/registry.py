@@ -7,9 +7,10 @@ chosen by strangers, and not unique). Every identifier is composed with
 `psycopg.sql.Identifier`.
 
 A registered schema is known by one name, its registered name, else its own (the meta
-message's): a name one schema is known by, no other may register (`name-taken`), and one
-whose own name is taken is registered under its qualified name (`qualified_name`), so
-that a newcomer never takes a view or a name away from a schema registered before it.
+message's): a name one schema is known by, or that the view of one of its version
+tables has (`<name>_v<N>`), no other may register (`name-taken`), and one whose own
+name is taken is registered under its qualified name (`qualified_name`), so that a
+newcomer never takes a view or a name away from a schema registered before it.
 """
 
 from __future__ import annotations
@@ -240,14 +241,25 @@ def name_taken(name: str, holder: str) -> P2pandaError:
     )
 
 
+HOLDERS = """
+SELECT schema_id FROM (
+    SELECT schema_id, 0 AS kind, registered_at FROM p2panda.schemas
+    WHERE schema_id <> %(schema)s AND coalesce(registered_name, name) = %(name)s
+    UNION ALL
+    SELECT v.schema_id, 1, s.registered_at
+    FROM p2panda.schema_versions v JOIN p2panda.schemas s USING (schema_id)
+    WHERE v.schema_id <> %(schema)s AND v.view_name = %(name)s
+) holders
+ORDER BY kind, registered_at, schema_id
+LIMIT 1
+"""
+
+
 def _holder_of(conn: psycopg.Connection, name: str, schema_id: str) -> str | None:
     """The registered schema other than `schema_id` known by `name` (its registered
-    name, else its own), if any."""
-    row = conn.execute(
-        "SELECT schema_id FROM p2panda.schemas WHERE schema_id <> %s"
-        " AND coalesce(registered_name, name) = %s ORDER BY registered_at, schema_id LIMIT 1",
-        (schema_id, name),
-    ).fetchone()
+    name, else its own), or whose version table's view is named so (`my_mail_v3`,
+    `store.views`), if any: a registration never takes a view away."""
+    row = conn.execute(HOLDERS, {"schema": schema_id, "name": name}).fetchone()
     return None if row is None else row[0]
 
 

@@ -1,15 +1,18 @@
 """Views by name in schema `p2panda_api`, so that tools which generate GraphQL or REST
 from PostgreSQL (PostgREST, PostGraphile) show `slothmail`, not a hash: one view per
 registered schema, named after its registered name (`panda register --name`), else the
-name in its meta message, on its current table; and `<name>@<version>` on each table
-that `--as-of-version` built. The schema's description is the view's comment.
+name in its meta message, on its current table; and `<name>_v<version>` on each table
+that `--as-of-version` built (`AS_OF_SUFFIX`: no character that SQL needs quoted
+where the name needs none, unlike the `<name>@<version>` of before). The schema's
+description is the view's comment.
 
 Names are data chosen by strangers, so a view name is only ever composed with
 `sql.Identifier`. A name two schemas would both have a view by goes to one of them, its
-holder (`view_holder`): a registered name before a schema's own name, then the schema
-registered first; the other gets none, and the registry's `view_conflict` says why
-(`panda register` keeps registered names unique, so this is a schema's own name met
-after its registration, or a `<name>@<version>` that is another's name). A name over 63
+holder (`view_holder`): a registered name before a schema's own name, a schema's current
+table before a version table, then the schema registered first; the other gets none,
+and the registry's `view_conflict` says why (`panda register` keeps registered names
+unique and refuses a name a version table's view holds, so this is a schema's own name
+met after its registration). A name over 63
 bytes gets no view either (PostgreSQL would cut it silently). Each view is created in a
 savepoint of its own: one PostgreSQL refuses (a user's table of that name in
 `p2panda_api`) leaves only its own schema without a view, never the others, nor the
@@ -51,6 +54,7 @@ API_SCHEMA = "p2panda_api"
 MAX_IDENTIFIER = 63  # bytes: PostgreSQL's NAMEDATALEN - 1
 VIEWS_LOCK_KEY = 0x7032_7061_6E64_6176  # "p2pandav": an advisory lock of the product's
 KEY_COLUMN = "_instance_id"
+AS_OF_SUFFIX = "_v"  # a version table's view: <name>_v<version>, e.g. my_mail_v3
 RELATION_COLUMN_TYPE = "text"  # a single relation's column (`relation[]` is text[])
 
 # Characters a name in a smart tag's constraint spec cannot carry exactly: PostGraphile v4
@@ -79,9 +83,23 @@ class _Claim:
     registered_at: datetime
 
     @property
-    def precedence(self) -> tuple[bool, datetime, str, int]:
+    def precedence(self) -> tuple[bool, bool, datetime, str, int]:
         """Lower holds a shared view name first (`view_holder`)."""
-        return (not self.registered, self.registered_at, self.schema_id, self.version or 0)
+        return (
+            not self.registered,
+            self.version is not None,
+            self.registered_at,
+            self.schema_id,
+            self.version or 0,
+        )
+
+
+def qualified_view(conn: psycopg.Connection, view: str) -> str:
+    """`p2panda_api.<view>` as a user types it in SQL: quoted only where PostgreSQL needs
+    it (`quote_ident`: `my_mail_v3` bare, `"sloth's Profile_v2"` quoted)."""
+    row = conn.execute("SELECT quote_ident(%s)", (view,)).fetchone()
+    assert row is not None
+    return f"{API_SCHEMA}.{row[0]}"
 
 
 def lock_views(conn: psycopg.Connection) -> None:
@@ -284,20 +302,22 @@ def _claims(conn: psycopg.Connection) -> list[_Claim]:
         FROM p2panda.schemas s
         WHERE coalesce(s.registered_name, s.name) IS NOT NULL
         UNION ALL
-        SELECT coalesce(s.registered_name, s.name) || '@' || v.version, s.schema_id,
+        SELECT coalesce(s.registered_name, s.name) || %s || v.version, s.schema_id,
                v.version, v.table_name, to_regclass(v.table_name) IS NOT NULL, s.description,
                v.version, v.version_hash, s.registered_name IS NOT NULL, s.registered_at
         FROM p2panda.schema_versions v JOIN p2panda.schemas s USING (schema_id)
         WHERE coalesce(s.registered_name, s.name) IS NOT NULL
-        """
+        """,
+        (AS_OF_SUFFIX,),
     ).fetchall()
     return [_Claim(*row) for row in rows]
 
 
 def view_holder(view: str, claims: list[_Claim]) -> _Claim | None:
     """The claim that gets the view `view`: a registered name before a schema's own
-    name, then the schema registered first, so that a newcomer never takes a view away
-    from a schema that had it. None for a name PostgreSQL would cut."""
+    name, a current table before a version table, then the schema registered first, so
+    that a newcomer never takes a view away from a schema that had it. None for a name
+    PostgreSQL would cut."""
     if len(view.encode()) > MAX_IDENTIFIER:
         return None
     return min(claims, key=lambda claim: claim.precedence)

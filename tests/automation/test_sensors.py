@@ -457,21 +457,35 @@ def test_revert_waits_while_its_schema_is_being_rebuilt(
 def test_revert_does_not_wait_for_a_queued_run_of_its_schema(
     graph: Graph, conn, tick: Tick, instance
 ) -> None:
-    """A queued run has not begun: the fan-out is queued after it and runs after it.
-    (It waited, and under steady ingest the entries sensor had queued a run for the
-    schema at every tick: the dependents were never rebuilt.)"""
+    """A queued run has not begun: it builds the table after the revert was verified, so
+    it is the revert's run, and the revert is handled, not waiting. (It waited, and under
+    steady ingest the entries sensor had queued a run for the schema at every tick: the
+    dependents were never rebuilt. Requested again, it was a second run for one change.)"""
     baseline = tick(schema_revert_sensor, None)
-    graph.schemas["tag"].revert(1)
+    graph.schemas["profile"].revert(1)
     publish(conn, graph.fresh())
     index_in_process(conn)
     instance.add_run(
         dg.DagsterRun(
             job_name="materialize_schema",
             status=dg.DagsterRunStatus.NOT_STARTED,  # as QUEUED (add_run needs an origin)
-            tags={"dagster/partition": graph.id("tag")},
+            tags={"dagster/partition": graph.id("mail")},
         )
     )
-    assert requested(tick(schema_revert_sensor, baseline.cursor)) == [graph.id("tag")]
+    result = tick(schema_revert_sensor, baseline.cursor)
+    assert requested(result) == [graph.id("profile"), graph.id("digest")]
+    assert tick(schema_revert_sensor, result.cursor).run_requests == []  # handled
+
+
+def test_revert_leaves_a_schema_to_its_queued_run(graph: Graph, conn, tick: Tick, instance) -> None:
+    baseline = tick(schema_revert_sensor, None)
+    graph.schemas["tag"].revert(1)
+    publish(conn, graph.fresh())
+    index_in_process(conn)
+    queue_run(instance, graph.id("tag"), dg.DagsterRunStatus.NOT_STARTED)
+    result = tick(schema_revert_sensor, baseline.cursor)
+    assert result.run_requests == []
+    assert "a queued run builds its table after the revert" in result.skip_reason.skip_message
 
 
 # --- partition keys: `<name>.<schema id>` ---------------------------------------------------

@@ -17,6 +17,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from p2panda_assets.cli.demo_cmd import BUILT_LEGEND
 from p2panda_assets.engine.corpus import reduce_corpus
 from p2panda_assets.engine.values import to_json
 from p2panda_assets.jsonlines import read_entry_lines
@@ -73,6 +74,7 @@ def test_the_demo_keeps_its_story_and_says_what_the_revert_changed(
     )
     assert demo.returncode == 0, demo.stderr
     assert demo.stderr == ""
+    assert demo.stdout.count(BUILT_LEGEND) == 1  # what `built: spark` means, said once
 
     # The story is kept, and the last line is a preview command that works as printed.
     story = home / "demo" / "story.jsonl"

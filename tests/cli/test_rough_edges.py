@@ -21,7 +21,15 @@ import psycopg
 import pytest
 
 from p2panda_assets.cli import demo_cmd
-from p2panda_assets.cli.demo_cmd import Author, Snapshot, opening, preview_values, revert_heading
+from p2panda_assets.cli.demo_cmd import (
+    BUILT_LEGEND,
+    Author,
+    Snapshot,
+    built_legend,
+    opening,
+    preview_values,
+    revert_heading,
+)
 from p2panda_assets.cli.main import main
 from p2panda_assets.cli.materialize_cmd import result_line
 from p2panda_assets.engine.corpus import reduce_corpus
@@ -157,8 +165,13 @@ def test_a_mistyped_name_is_an_unknown_schema_with_the_closest_names(
     register(capsys, ids["profile"], "profile")
     code, out, err = run(capsys, "check", "slothmial", "5")
     assert code == 3
-    assert json.loads(out)["outcome"] == "not-present"
-    assert err == f"warning: unknown-schema: {TYPO}\n"
+    answer = json.loads(out)  # said once, in the answer (issue 56): not again on stderr
+    assert (answer["outcome"], answer["schema_id"], answer["message"]) == (
+        "not-present",
+        None,
+        TYPO,
+    )
+    assert err == ""
     for command in ("materialize", "unregister"):
         assert run(capsys, command, "slothmial") == (1, "", f"error: unknown-schema: {TYPO}\n")
     code, _, err = run(capsys, "materialize", "zzz")
@@ -354,3 +367,15 @@ def test_the_demo_does_not_import_the_entry_point() -> None:
     )
     args = demo_cmd.command_parser().parse_args(["ingest", "story.jsonl"])
     assert args.files == ["story.jsonl"]
+
+
+# --- the demo explains what it prints -------------------------------------------------
+
+
+def test_the_demo_says_what_built_means_under_materialize_once() -> None:
+    """Issue 56: `built: driver|spark` was printed unexplained. One line under
+    `panda materialize`'s output says it, where that output has it."""
+    lines = "a-1  profile  version 2  1 rows  p2panda_data.s_a_1  built: spark"
+    assert built_legend(lines) == f"\n{BUILT_LEGEND}"
+    assert "spark = Spark jobs" in BUILT_LEGEND and "driver = " in BUILT_LEGEND
+    assert built_legend("up to date: nothing new since these tables were built") == ""

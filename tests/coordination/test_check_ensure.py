@@ -126,13 +126,14 @@ def test_check_and_ensure_across_the_outcomes_and_after_restoring_an_older_dump(
     assert conn.execute(materialized_at, (slothmail,)).fetchone() == before
 
 
-def test_a_shared_name_is_a_conflict_that_registration_resolves(
+def test_a_shared_name_is_its_holders_and_registration_renames_the_other(
     panda: Panda, conn: psycopg.Connection, tmp_path: Path
 ) -> None:
     """Registered before their logs arrived, two schemas turn out to share their own
-    name: the first registered keeps the view (rule T-VIEW), a check by the name is a
-    conflict, and registering the other with --name resolves it. A third of that name,
-    registered once its log is in the store, gets a qualified name at once."""
+    name: the first registered keeps the view (rule T-VIEW), a check by the name answers
+    for it (not `conflicting`), and registering the other with --name names it too. A
+    third of that name, registered once its log is in the store, gets a qualified name
+    at once."""
     corpus = CorpusBuilder()
     first = corpus.author(1).schema(1, "note")
     second = corpus.author(2).schema(1, "note")
@@ -154,8 +155,8 @@ def test_a_shared_name_is_a_conflict_that_registration_resolves(
     assert conflicts[first.schema_id] is None
     assert f"held by schema {first.schema_id}" in conflicts[second.schema_id]
     assert f"no view for {second.schema_id}: name 'note' is held by" in ok(panda("status"))
-    code, result = outcome(panda("check", "note", 2))
-    assert (code, result["outcome"], result["schema_id"]) == (3, "conflicting", None)
+    code, result = outcome(panda("check", "note", 2))  # the name's holder, as for the view
+    assert (code, result["outcome"], result["schema_id"]) == (0, "present", first.schema_id)
 
     renamed = ok(panda("register", *second.schema_id.rsplit("-", 1), "--name", "second note"))
     assert renamed.splitlines()[-1] == "renamed note -> second note"

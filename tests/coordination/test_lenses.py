@@ -155,20 +155,21 @@ def test_each_row_names_the_signed_entry_that_last_wrote_it(
 def test_views_by_name_and_by_version_as_api_generators_see_them(
     served: Story, conn: psycopg.Connection, panda: Panda
 ) -> None:
-    ok(panda("materialize", "--as-of-version", 3, served.slothmail))
+    out = ok(panda("materialize", "--as-of-version", 3, served.slothmail))
+    assert out.rstrip().endswith("view p2panda_api.slothmail_v3")  # pastes into SQL as it is
     seen = {
         name: (kind, comment, columns) for name, kind, comment, columns in conn.execute(INTROSPECT)
     }
-    assert set(seen) == {"profile", "attachment", "slothmail", "slothmail@3"}
+    assert set(seen) == {"profile", "attachment", "slothmail", "slothmail_v3"}
     kind, comment, columns = seen["slothmail"]
     assert kind == "v" and comment.splitlines()[-1] == DESCRIPTION  # after the smart tags
     assert columns[:5] == ["_instance_id", "_author", "_version", "_seq", "_entry"]
     assert "attachments" in columns  # version 5 (the revert to 3) shows them again
-    kind, comment, _ = seen["slothmail@3"]
+    kind, comment, _ = seen["slothmail_v3"]
     assert kind == "v" and comment.splitlines()[-1] == DESCRIPTION
     for view, table_name in (
         ("slothmail", table_name_for(served.slothmail)),
-        ("slothmail@3", version_table_name_for(served.slothmail, 3)),
+        ("slothmail_v3", version_table_name_for(served.slothmail, 3)),
     ):
         by_view = conn.execute(
             sql.SQL("SELECT * FROM {} ORDER BY _instance_id").format(

@@ -33,3 +33,21 @@ def test_a_hole_older_than_its_time_to_live_is_forgotten() -> None:
     feed = Feed(top=20, holes=[(5, 6, 0.0)], logs=[])
     moved = EntryCursor.past(feed, Writers(active=3, handed_out=20), now=HOLE_TTL_SECONDS)
     assert moved.holes == ()
+
+
+def seen(cursor: EntryCursor, upto: int) -> set[int]:
+    """The ingest_seq values up to `upto` the cursor has read."""
+    holes = {n for lo, hi, _born in cursor.holes for n in range(lo, hi + 1)}
+    return {n for n in range(1, upto + 1) if n <= cursor.seq and n not in holes}
+
+
+def test_the_union_of_two_cursors_has_seen_what_either_has() -> None:
+    """The listener reads on from the entries sensor's cursor (store.entry_claims): a
+    hole stays only where neither has read, with the later of its two births."""
+    sensor = EntryCursor(30, ((5, 9, 100.0), (20, 24, 101.0)))
+    listener = EntryCursor(22, ((3, 6, 50.0), (8, 12, 60.0)))
+    union = sensor.union(listener)
+    assert union == listener.union(sensor)
+    assert seen(union, 40) == seen(sensor, 40) | seen(listener, 40)
+    assert union == EntryCursor(30, ((5, 6, 100.0), (8, 9, 100.0), (23, 24, 101.0)))
+    assert EntryCursor(7).union(EntryCursor()) == EntryCursor(7)

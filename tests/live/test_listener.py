@@ -89,9 +89,14 @@ def test_a_burst_of_entries_is_one_queued_tagged_run_the_sensor_does_not_repeat(
     assert "a run submitted after these entries reads them" in started.skip_reason.skip_message
 
     graph.logs["tag"].create(graph.schemas["tag"].ref(), label="after the start")
-    publish(conn, graph.fresh())  # not read by the started run: both ask for a run
+    publish(conn, graph.fresh())  # not read by the started run: the sensor reads it first
     [sensor_request] = tick(schema_entries_sensor, sensor_cursor).run_requests
     assert sensor_request.partition_key == graph.id("tag")
+    assert int(sensor_request.tags[THROUGH_TAG]) == writers(conn).handed_out
+    assert listener.tick(conn, submitter) == []  # the sensor's entry: its run, not a second
+
+    graph.logs["tag"].create(graph.schemas["tag"].ref(), label="the listener first")
+    publish(conn, graph.fresh())
     [second] = listener.tick(conn, submitter)
     assert second.tags["dagster/partition"] == graph.id("tag")
     assert int(second.tags[THROUGH_TAG]) == writers(conn).handed_out
@@ -100,14 +105,14 @@ def test_a_burst_of_entries_is_one_queued_tagged_run_the_sensor_does_not_repeat(
 def test_a_run_still_queued_when_the_listener_reads_gets_its_bound(
     graph: Graph, conn, instance, listener, submitter, tick: Tick
 ) -> None:
-    """A run the sensor queued (no bound of its own) will read what the listener saw
-    while it was queued: the listener says so on the run, and requests nothing."""
+    """A run the sensor queued (bound: what the sensor read) will read what the listener
+    saw while it was queued: the listener says so on the run, and requests nothing."""
     sensor_cursor = tick(schema_entries_sensor, None).cursor
     graph.logs["mail"].create(graph.schemas["mail"].ref(), subject="one", to=None)
     publish(conn, graph.fresh())
     [request] = tick(schema_entries_sensor, sensor_cursor).run_requests
     queued = submitter.submit(request, {})  # as the sensor daemon would submit it
-    assert THROUGH_TAG not in queued.tags
+    assert int(queued.tags[THROUGH_TAG]) == writers(conn).handed_out
 
     graph.logs["mail"].create(graph.schemas["mail"].ref(), subject="two", to=None)
     publish(conn, graph.fresh())

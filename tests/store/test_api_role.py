@@ -1,5 +1,5 @@
 """Issue 49: `panda api-role NAME` makes a login role for apps that reads every view of
-`p2panda_api` (the current ones, the `@N` ones, and those made after the role, through
+`p2panda_api` (the current ones, the `<name>_v<N>` ones, and those made after the role, through
 the default privileges of the role that creates them) and nothing else: no entry, no
 table of the product or of Dagster, no write, no CREATE. Its URL is the last line of
 the command's output; its password is kept, 0600, and only `--rotate` changes it."""
@@ -60,7 +60,7 @@ def built(conn: psycopg.Connection, seed: int, name: str) -> str:
 
 
 def built_version(conn: psycopg.Connection, name: str, version: int) -> str:
-    """A `--as-of-version` table of the schema `name`, and its `name@version` view."""
+    """A `--as-of-version` table of the schema `name`, and its `<name>_v<version>` view."""
     table = f"p2panda_versions.{name}_v{version}"
     conn.execute(
         sql.SQL("CREATE TABLE {} (_instance_id text PRIMARY KEY, x text)").format(
@@ -116,7 +116,7 @@ def test_the_role_reads_every_view_and_nothing_else(
     with psycopg.connect(url, autocommit=True) as app:
         assert app.execute("SELECT current_user").fetchone() == (role,)
         assert app.execute(view("notes")).fetchall() == [("notes",)]
-        assert app.execute(view("notes@1")).fetchall() == [("old",)]
+        assert app.execute(view("notes_v1")).fetchall() == [("old",)]
         assert app.execute(view("later")).fetchall() == [("later",)]
         refresh_views(conn)  # as every materialization does: every view dropped, made anew
         assert app.execute(view("notes")).fetchall() == [("notes",)]

@@ -24,7 +24,9 @@ from p2panda_assets.store.registry import (
     store_totals,
     table_identifier,
     table_name_for,
+    version_table_name_for,
 )
+from p2panda_assets.store.views import qualified_view, refresh_views
 from p2panda_assets.testing.builder import CorpusBuilder
 from tests.store.test_views import VIEWS, built
 
@@ -282,3 +284,70 @@ def test_two_registrations_of_one_name_at_once_one_is_refused(
 
 def _three() -> list[tuple[bytes, str]]:
     return [(bytes([seed]) * 32, f"name {seed}") for seed in (1, 2, 3)]
+
+
+def as_of_table(conn: psycopg.Connection, schema_id: str, version: int) -> None:
+    """A `--as-of-version` table of the schema (as `tables.swap_version` leaves it), with
+    the views made again."""
+    table = version_table_name_for(schema_id, version)
+    conn.execute(
+        sql.SQL("CREATE TABLE {} (_instance_id text PRIMARY KEY, x text)").format(
+            table_identifier(table)
+        )
+    )
+    conn.execute(sql.SQL("INSERT INTO {} VALUES ('a', 'old')").format(table_identifier(table)))
+    conn.execute(
+        "INSERT INTO p2panda.schema_versions (schema_id, version, version_hash, table_name, rows)"
+        " VALUES (%s, %s, '00', %s, 1)",
+        (schema_id, version, table),
+    )
+    refresh_views(conn)
+
+
+@pytest.mark.postgres
+def test_an_as_of_view_is_named_name_v_version_and_needs_no_quoting(
+    conn: psycopg.Connection,
+) -> None:
+    mail = built(conn, 1, "my_mail", None)
+    as_of_table(conn, mail, 3)
+    assert conn.execute(VIEWS).fetchall() == [("my_mail",), ("my_mail_v3",)]
+    assert conn.execute("SELECT x FROM p2panda_api.my_mail_v3").fetchall() == [("old",)]
+    assert qualified_view(conn, "my_mail_v3") == "p2panda_api.my_mail_v3"
+    assert qualified_view(conn, "sloth's mail_v3") == 'p2panda_api."sloth\'s mail_v3"'
+
+
+@pytest.mark.postgres
+def test_a_name_an_as_of_view_holds_is_refused_and_the_view_stays(
+    conn: psycopg.Connection,
+) -> None:
+    """Rule T-NAME-HELD: `my_mail_v3`, the view of my_mail's table as of version 3, is
+    held: `--name my_mail_v3` is refused, a schema whose own name it is gets its
+    qualified name, and the view stays my_mail's."""
+    mail = built(conn, 1, "my_mail", None)
+    as_of_table(conn, mail, 3)
+    message = refused(conn, AUTHOR, 1, "my_mail_v3")
+    assert message == f"the name my_mail_v3 is held by {mail}; pick another with --name"
+    newcomer = stored_schema(conn, 2, 7, "my_mail_v3")
+    registration = register(conn, *parse_schema_id(newcomer), None)
+    assert registration.registered_name == qualified_name("my_mail_v3", newcomer)
+    assert registration.held_by == mail
+    assert ("my_mail_v3",) in conn.execute(VIEWS).fetchall()
+    assert conn.execute("SELECT x FROM p2panda_api.my_mail_v3").fetchall() == [("old",)]
+
+
+@pytest.mark.postgres
+def test_a_version_table_never_takes_a_schemas_view(conn: psycopg.Connection) -> None:
+    """A schema registered as `note_v2` (after note) holds that view; note's table as of
+    version 2, built afterwards, gets none: it would take a current view away."""
+    note = built(conn, 1, "note", None)
+    other = built(conn, 2, "note_v2", None)
+    as_of_table(conn, note, 2)
+    assert conn.execute(VIEWS).fetchall() == [("note",), ("note_v2",)]
+    assert conn.execute("SELECT x FROM p2panda_api.note_v2").fetchall() == [("b",)]
+    row = conn.execute(
+        "SELECT view_name FROM p2panda.schemas WHERE schema_id = %s", (other,)
+    ).fetchone()
+    assert row == ("note_v2",)
+    assert conn.execute(
+        "SELECT view_name FROM p2panda.schema_versions WHERE schema_id = %s", (note,)
+    ).fetchone() == (None,)

@@ -36,6 +36,7 @@ WRITERS = {
     "logs": "p2panda_assets/store/logs.py",
     "message_index": "p2panda_assets/store/message_index.py",
     "pipeline_lock_holder": "p2panda_assets/store/pipeline_lock.py",
+    "entries_claim": "p2panda_assets/store/entry_claims.py",
     "pipeline_state": "p2panda_assets/store/pipeline_state.py",
     "schema_versions": "p2panda_assets/store/schema_versions.py",
     "schemas": "p2panda_assets/store/schemas.py",

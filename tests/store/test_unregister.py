@@ -283,7 +283,7 @@ def test_a_table_built_by_the_swap_goes_with_everything_derived_from_it(
     assert [(v, t) for v, t, _ in before.versions] == [(2, version_table_name_for(note, 2))]
     assert before.versions[0][2] == before.rows
     assert len(before.instance_accounts) == 4 and before.deleted == [notes.gone["note"]]
-    assert views(conn) == ["memo", "memo@2", "note", "note@2"]
+    assert views(conn) == ["memo", "memo_v2", "note", "note_v2"]
     assert has_partition(note) and has_partition(memo)
     unprocessed = store_totals(conn).unprocessed
     assert unprocessed == len(notes.pairs) - 8  # the schema logs': no index step ran
@@ -297,7 +297,7 @@ def test_a_table_built_by_the_swap_goes_with_everything_derived_from_it(
 
     assert_gone(conn, note, before_tables(before))
     assert derived(conn, memo) == memo_before
-    assert views(conn) == ["memo", "memo@2"]
+    assert views(conn) == ["memo", "memo_v2"]
     assert has_partition(memo)
     assert stored_entries(conn) == len(notes.pairs)
     assert [row.schema_id for row in status_rows(conn)] == [memo]
@@ -456,7 +456,7 @@ def test_unregister_then_register_again_brings_the_same_table_back(
     assert materialize_as_of(spark, conn, database_url, mail, 2).status == "materialized"
     mail_before, profile_before = derived(conn, mail), derived(conn, profile)
     assert [v for v, _, rows in mail_before.versions if rows is not None] == [2]
-    assert views(conn) == ["mail", "mail@2", "profile"]
+    assert views(conn) == ["mail", "mail_v2", "profile"]
     assert has_partition(mail) and has_partition(profile)
     totals = store_totals(conn)
     assert totals.unprocessed == 0

@@ -7,11 +7,11 @@ started, whether it reads an entry depends on when that entry committed, which t
 sensor cannot tell. So the listener writes it down: `p2panda/entries-through=N` on a run
 says that every entry with `ingest_seq <= N` had committed before the run left the queue.
 The listener sets it on the runs it submits (N: what it saw before creating them) and
-raises it on every run still queued after it read the store. The sensor skips new
-entries of a schema when an unfinished run of that schema's whole family carries a
-bound at or past them (`entries_covered`): the listener's run reads them.
-
-The listener (`p2panda_assets.live`) writes these tags; the entries sensor reads them.
+raises it on every run still queued after it read the store; the entries sensor sets it
+on the runs it requests (N: what its tick read). Both skip new entries of a schema
+when an unfinished or succeeded run of that schema's whole family carries a bound at or
+past them (`entries_covered`): that run reads them. Which of the two requests an entry's
+run at all is `store.entry_claims`'s lock and claim.
 """
 
 from __future__ import annotations
@@ -37,9 +37,11 @@ def _covers_family(run: dg.DagsterRun) -> bool:
 
 
 def entries_covered(instance: dg.DagsterInstance) -> dict[str, int]:
-    """Per schema, the highest `THROUGH_TAG` bound of its unfinished runs of the whole
-    family: its new entries up to that bound are read by one of them."""
-    runs = instance.get_runs(filters=dg.RunsFilter(statuses=UNFINISHED), limit=1000)
+    """Per schema, the highest `THROUGH_TAG` bound of its unfinished or succeeded runs of
+    the whole family: its new entries up to that bound are read by one of them (a run
+    that succeeded read them even where its table says nothing of it: one left pending)."""
+    statuses = [*UNFINISHED, dg.DagsterRunStatus.SUCCESS]
+    runs = instance.get_runs(filters=dg.RunsFilter(statuses=statuses), limit=1000)
     covered: dict[str, int] = {}
     for run in runs:
         key, through = run.tags.get(PARTITION_TAG), run.tags.get(THROUGH_TAG, "")

@@ -73,6 +73,19 @@ class EntryCursor:
         ][-MAX_HOLES:]
         return cls(feed.top, tuple(kept))
 
+    def union(self, other: EntryCursor) -> EntryCursor:
+        """The entries seen by either cursor: a hole stays only where both have not seen
+        it (the range above the lower cursor's `seq` counts as a hole of it). The live
+        listener reads past what the entries sensor has read already (`store.entry_claims`)."""
+        low, high = sorted((self, other), key=lambda c: c.seq)
+        unseen_low = [*low.holes, *([(low.seq + 1, high.seq, 0.0)] if high.seq > low.seq else [])]
+        holes = []
+        for lo, hi, born in high.holes:
+            for lo2, hi2, born2 in unseen_low:
+                if max(lo, lo2) <= min(hi, hi2):
+                    holes.append((max(lo, lo2), min(hi, hi2), max(born, born2)))
+        return EntryCursor(high.seq, tuple(sorted(holes)))
+
 
 @dataclass(frozen=True)
 class RevertCursor:

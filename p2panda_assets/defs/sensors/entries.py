@@ -12,7 +12,7 @@ import psycopg
 
 from p2panda_assets.defs.partitions import partition_keys
 from p2panda_assets.defs.resources import PostgresResource
-from p2panda_assets.defs.sensors.coverage import entries_covered
+from p2panda_assets.defs.sensors.coverage import THROUGH_TAG, entries_covered, prefix_bound
 from p2panda_assets.defs.sensors.cursors import EntryCursor
 from p2panda_assets.defs.sensors.requests import (
     FAMILY,
@@ -28,6 +28,7 @@ from p2panda_assets.defs.sensors.requests import (
 )
 from p2panda_assets.engine.readiness import Relations, Scope, entries_scope
 from p2panda_assets.protocol.message_index import message_index
+from p2panda_assets.store.entry_claims import claim_entries, entries_lock
 from p2panda_assets.store.feed import (
     FreshLog,
     LogAssignment,
@@ -189,10 +190,16 @@ def entries_tick(
     notes += [f"{sid}: its table was built from these entries already" for sid in built]
     notes += [f"{sid}: a run submitted after these entries reads them" for sid in started]
     return dg.SensorResult(
-        run_requests=batched(requests),
+        run_requests=reading_through(batched(requests), prefix_bound(moved.seq, moved.holes)),
         skip_reason=None if requests else skip_reason(notes, "nothing to rebuild"),
         cursor=moved.dumps(),
     )
+
+
+def reading_through(requests: list[dg.RunRequest], bound: int) -> list[dg.RunRequest]:
+    """The requests tagged `THROUGH_TAG=bound`: every entry up to `bound` had committed
+    when they were decided, so their runs read them (`coverage`), as the listener's do."""
+    return [r.with_replaced_attrs(tags={**r.tags, THROUGH_TAG: str(bound)}) for r in requests]
 
 
 def unbuilt_routes(
@@ -212,11 +219,14 @@ def schema_entries_sensor(
     context: dg.SensorEvaluationContext, postgres: PostgresResource
 ) -> dg.SensorResult:
     """Rebuilds the schemas that new entries (by ingest_seq) concern, only those, unless
-    a run of theirs still in the queue will read the entries anyway."""
-    queued = queued_selections(context.instance)
-    covered = entries_covered(context.instance)
-    with postgres.connect() as conn:
+    a run of theirs (queued, started or done) reads the entries anyway. Decided under the
+    entries lock, which the live listener takes too, and what it read is left there for
+    the listener (`store.entry_claims`): an entry is the run of one of them."""
+    with postgres.connect() as conn, entries_lock(conn):
+        queued = queued_selections(context.instance)
+        covered = entries_covered(context.instance)
         result = entries_tick(
             conn, EntryCursor.parse(context.cursor), queued=queued, covered=covered
         )
+        claim_entries(conn, result.cursor or "")
     return with_partitions(context.instance, result)

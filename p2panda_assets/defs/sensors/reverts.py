@@ -17,6 +17,7 @@ from p2panda_assets.defs.sensors.requests import (
     busy_partitions,
     load_relations,
     pipeline_sensor,
+    queued_tables,
     request,
     requested_schema,
     skip_reason,
@@ -56,6 +57,17 @@ def unbuilt_requests(
     return kept, [requested_schema(r) for r in requests if r not in kept]
 
 
+def unqueued_requests(
+    requests: list[dg.RunRequest], queued: set[str]
+) -> tuple[list[dg.RunRequest], list[str]]:
+    """The requests no queued run does already, and the schemas left out: those whose
+    table a queued run builds (`queued_tables`). It starts after the revert was verified,
+    so it builds the table at the reverted lens: one run for the change, not two (the
+    registration sensor's rebuild of a cascade dependent, the listener's of the schema)."""
+    kept = [r for r in requests if requested_schema(r) not in queued]
+    return kept, [requested_schema(r) for r in requests if r not in kept]
+
+
 def revert_tick(
     conn: psycopg.Connection, instance: dg.DagsterInstance, cursor: RevertCursor
 ) -> dg.SensorResult:
@@ -64,23 +76,28 @@ def revert_tick(
     if not new:
         return dg.SensorResult(skip_reason="no new schema-revert entries", cursor=cursor.dumps())
     busy = busy_partitions(instance)
+    queued = queued_tables(instance)
     rel = load_relations(conn)
     keys = partition_keys(conn)
     handled = {s: seqs for s, seqs in cursor.handled.items() if s in found}
     requests: list[dg.RunRequest] = []
     notes: list[str] = []
     for sid in rel.ordered(new):
-        if sid in busy:  # the run that indexed the revert is still writing this schema
-            notes.append(f"revert of {sid} waits for its run in progress")
-            continue
         latest = max(set(new[sid]) - set(cursor.handled.get(sid, ())))
         more, why = revert_requests(rel, sid, latest, keys)
+        writing = sorted(busy & {sid, *map(requested_schema, more)})
+        if writing:  # a run in progress may or may not have read the revert: wait for it
+            whose = "its run" if sid in busy else f"the run of {writing[0]}"
+            notes.append(f"revert of {sid} waits for {whose} in progress")
+            continue
         built = built_through(conn, [requested_schema(r) for r in more])
         more, done = unbuilt_requests(more, built, found[sid][latest])
+        more, coming = unqueued_requests(more, queued)
         requests += more
         notes += why + [
             f"{target}: its table was built after the revert of {sid}" for target in done
         ]
+        notes += [f"{target}: a queued run builds its table after the revert" for target in coming]
         handled[sid] = sorted(found[sid])
     return dg.SensorResult(
         run_requests=batched(requests),
@@ -98,8 +115,9 @@ def schema_revert_sensor(
 
     No `raw_entries`: a revert is found in `message_index`, so the index has verified it
     already, and the plan (folded from the store) reflects it. The run that indexed it was
-    the entries sensor's rebuild of the schema; a revert waits while that run is still
-    writing the schema (its decoded messages, its table)."""
+    the entries sensor's rebuild of the schema; a revert waits while that run (or one
+    of a schema it rebuilds) is still writing, and leaves out the schemas whose table is
+    built after it already, or by a run still queued: one run for each schema it changes."""
     with postgres.connect() as conn:
         result = revert_tick(conn, context.instance, RevertCursor.parse(context.cursor))
     return with_partitions(context.instance, result)
