@@ -332,6 +332,22 @@ def process_kind(process: psutil.Process) -> str:
     return "other"  # short-lived helpers (Hadoop's chmod and rm, pg_ctl)
 
 
+def run_processes(postmaster: int | None) -> Iterator[psutil.Process]:
+    """This process and its descendants (Spark's JVM and its Python workers), and the
+    embedded PostgreSQL server `postmaster` with its backends (not our child: pg_ctl
+    detaches it), if there is one."""
+    me = psutil.Process()
+    yield me
+    yield from me.children(recursive=True)
+    if postmaster is not None:
+        try:
+            server = psutil.Process(postmaster)
+            yield server
+            yield from server.children(recursive=True)
+        except psutil.Error:
+            pass
+
+
 # What the run is doing now ("ingest", "verify", "materialize 105"...): the sampler
 # records it with each peak, so a peak can be traced to the stage that caused it.
 _stages: list[str] = ["setup"]
@@ -363,21 +379,9 @@ class RssSampler:
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
-    def _processes(self) -> Iterator[psutil.Process]:
-        me = psutil.Process()
-        yield me
-        yield from me.children(recursive=True)
-        if self.postmaster is not None:
-            try:
-                server = psutil.Process(self.postmaster)
-                yield server
-                yield from server.children(recursive=True)
-            except psutil.Error:
-                pass
-
     def sample(self) -> None:
         total = 0
-        for process in self._processes():
+        for process in run_processes(self.postmaster):
             try:
                 rss = process.memory_info().rss
                 key = (process.pid, process.create_time())
@@ -446,21 +450,9 @@ class CpuMeter:
     postmaster: int | None = None
     kinds: dict[tuple[int, float], str] = field(default_factory=dict)
 
-    def _processes(self) -> Iterator[psutil.Process]:
-        me = psutil.Process()
-        yield me
-        yield from me.children(recursive=True)
-        if self.postmaster is not None:
-            try:
-                server = psutil.Process(self.postmaster)
-                yield server
-                yield from server.children(recursive=True)
-            except psutil.Error:
-                pass
-
     def read(self) -> dict[str, float]:
         seconds: dict[str, float] = {}
-        for process in self._processes():
+        for process in run_processes(self.postmaster):
             try:
                 with process.oneshot():
                     times = process.cpu_times()
