@@ -192,7 +192,7 @@ class ArrowTally:
 
 def validate_in_driver(table: arrow.Table, model: pandas_pa.DataFrameSchema) -> dict:
     """pandera's findings of the table, with its pandas backend, in the form of
-    `validate`'s (`SchemaErrors.message`: reason -> findings)."""
+    `validate`'s (the `message` of pandera's `SchemaErrors`: reason -> findings)."""
     with config_context(validation_depth=ValidationDepth.SCHEMA_AND_DATA):
         try:
             model.validate(_as_pandas(table), lazy=True)
