@@ -508,9 +508,7 @@ PRICED_KINDS = ("driver", "jvm", "python-worker", "postgres")
 def price_table(prices: StagePrices, entries: int, signature_us: float) -> list[str]:
     """The stages' wall seconds and core-µs per entry, by kind of process and in all,
     and the signature's share of the whole (`signature_us`: one PyNaCl verification,
-    measured in this run)."""
-    prices.less("index", "verify", "chaining")
-    prices.less("materialize", "reduction", "writing")
+    measured in this run); `chaining` and `writing` as `StagePrices.less` derived them."""
     header = f"  {'stage':<13}{'wall s':>8}" + "".join(f"{k:>15}" for k in PRICED_KINDS)
     lines = [header + f"{'all':>9}  (core-µs per entry)"]
     total_us = 0.0
@@ -743,6 +741,8 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         f"{per_core:,.0f}/s per core x {cores} = {ceiling:,.0f}/s "
         f"(before {ceiling_before:,.0f}, after {ceiling_after:,.0f})",
     )
+    prices.less("index", "verify", "chaining")
+    prices.less("materialize", "reduction", "writing")
     line("price per stage", f"(CPU summed over every process of the run; {total:,} entries)")
     print("\n".join(price_table(prices, total, 1e6 / per_core)), flush=True)
     peaks = sampler.by_kind()

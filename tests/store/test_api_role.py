@@ -20,6 +20,7 @@ from p2panda_assets.errors import Reason
 from p2panda_assets.store.registry import register, table_identifier, table_name_for
 from p2panda_assets.store.views import refresh_views
 from tests.postgres import throwaway_role
+from tests.store.test_registry import as_of_table
 
 pytestmark = pytest.mark.postgres
 
@@ -60,21 +61,13 @@ def built(conn: psycopg.Connection, seed: int, name: str) -> str:
 
 
 def built_version(conn: psycopg.Connection, name: str, version: int) -> str:
-    """A `--as-of-version` table of the schema `name`, and its `<name>_v<version>` view."""
-    table = f"p2panda_versions.{name}_v{version}"
-    conn.execute(
-        sql.SQL("CREATE TABLE {} (_instance_id text PRIMARY KEY, x text)").format(
-            table_identifier(table)
-        )
-    )
-    conn.execute(sql.SQL("INSERT INTO {} VALUES ('a', 'old')").format(table_identifier(table)))
-    conn.execute(
-        "INSERT INTO p2panda.schema_versions (schema_id, version, version_hash, table_name, rows)"
-        " SELECT schema_id, %s, '00', %s, 1 FROM p2panda.schemas WHERE registered_name = %s",
-        (version, table, name),
-    )
-    refresh_views(conn)
-    return table
+    """A `--as-of-version` table of the schema registered as `name`, and its
+    `<name>_v<version>` view (`as_of_table`)."""
+    row = conn.execute(
+        "SELECT schema_id FROM p2panda.schemas WHERE registered_name = %s", (name,)
+    ).fetchone()
+    assert row is not None
+    return as_of_table(conn, row[0], version)
 
 
 @pytest.fixture

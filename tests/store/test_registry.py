@@ -286,9 +286,9 @@ def _three() -> list[tuple[bytes, str]]:
     return [(bytes([seed]) * 32, f"name {seed}") for seed in (1, 2, 3)]
 
 
-def as_of_table(conn: psycopg.Connection, schema_id: str, version: int) -> None:
+def as_of_table(conn: psycopg.Connection, schema_id: str, version: int) -> str:
     """A `--as-of-version` table of the schema (as `tables.swap_version` leaves it), with
-    the views made again."""
+    the views made again; its name."""
     table = version_table_name_for(schema_id, version)
     conn.execute(
         sql.SQL("CREATE TABLE {} (_instance_id text PRIMARY KEY, x text)").format(
@@ -302,6 +302,7 @@ def as_of_table(conn: psycopg.Connection, schema_id: str, version: int) -> None:
         (schema_id, version, table),
     )
     refresh_views(conn)
+    return table
 
 
 @pytest.mark.postgres

@@ -10,6 +10,7 @@ added, and the check's cost does not grow with the schema's messages. An entry r
 across layers is what the index step rules out (appends continue each log after its
 tip); within the layers read, the model checks it."""
 
+from collections.abc import Callable
 from typing import Any
 
 import dagster as dg
@@ -23,11 +24,7 @@ from pyspark.sql import types as T
 from p2panda_assets.defs.assets import decoded_messages, decoded_of
 from p2panda_assets.defs.checks.tally import (
     ROWS,
-    SPARK_FX,
     ArrowTally,
-    ColumnRule,
-    Fx,
-    RowRule,
     Tally,
     check_result,
     summarize,
@@ -43,6 +40,19 @@ from p2panda_assets.pipeline.columnar.arrow_io import (
     parquet_dataset,
     say_once,
 )
+from p2panda_assets.pipeline.kernels.declared import (
+    And,
+    Col,
+    Eq,
+    Expr,
+    Gt,
+    In,
+    IsNull,
+    Length,
+    Lit,
+    Not,
+)
+from p2panda_assets.pipeline.spark.expressions import column as spark_column
 from p2panda_assets.pipeline.spark.watchdog import watched
 from p2panda_assets.protocol.hashing import HashAlgorithm
 from p2panda_assets.protocol.ids import AUTHOR_SIZE, parse_schema_id
@@ -56,20 +66,21 @@ ASSIGNMENTS = tuple(a.value for a in Assignment)
 
 
 class _SparkChecks:
-    """The decoded model's checks counted by a Spark `Tally`: each rule built with
-    `SPARK_FX`, so that the model is written once for both backends (`ArrowTally`)."""
+    """The decoded model's checks counted by a Spark `Tally`, each declared rule
+    (`pipeline.kernels.declared`) built as a Spark Column, so that the model is written
+    once for both backends (`ArrowTally`)."""
 
     def __init__(self, tally: Tally) -> None:
         self.tally = tally
 
-    def column(self, column: str, name: str, error: str, bad: ColumnRule) -> pa.Check:
-        return self.tally.column(column, name, error, lambda c: bad(SPARK_FX, c))
+    def column(self, column: str, name: str, error: str, bad: Callable[[Expr], Expr]) -> pa.Check:
+        return self.tally.column(column, name, error, lambda _: spark_column(bad(Col(column))))
 
     def not_null(self, column: str) -> pa.Check:
         return self.tally.not_null(column)
 
-    def rows(self, name: str, error: str, bad: RowRule, columns: tuple[str, ...]) -> pa.Check:
-        return self.tally.rows(name, error, bad(SPARK_FX), columns)
+    def rows(self, name: str, error: str, bad: Expr, columns: tuple[str, ...]) -> pa.Check:
+        return self.tally.rows(name, error, spark_column(bad), columns)
 
     def unique(self, name: str, error: str, columns: list[str]) -> pa.Check:
         return self.tally.unique(name, error, columns)
@@ -103,6 +114,11 @@ _SPARK_TYPES: dict[str, PySparkDtypeInputTypes] = {
 }
 
 
+def _outside(value: Expr, among: tuple[object, ...]) -> Expr:
+    """A value, not null, that is none of `among` (a null is the not-null check's)."""
+    return And(Not(IsNull(value)), Not(In(value, among)))
+
+
 def _model(
     schema_id: str,
     checks: Checks,
@@ -120,15 +136,14 @@ def _model(
         return backend.Column(dtype, nullable=True, checks=[*required, *more])
 
     def at_least(name: str, low: int, decimal: bool) -> Any:
+        below = Lit(low, "decimal(20,0)" if decimal else "long")
         return checks.column(
-            name,
-            f"greater_than_or_equal_to({low})",
-            f">= {low}",
-            lambda fx, c: c < fx.number(low, decimal),
+            name, f"greater_than_or_equal_to({low})", f">= {low}", lambda c: Gt(below, c)
         )
 
-    def own_log(fx: Fx) -> Any:
-        return (fx.col("author") == author) & (fx.col("log_id") == fx.number(log_id, True))
+    own_log = And(
+        Eq(Col("author"), Lit(author, "binary")), Eq(Col("log_id"), Lit(log_id, "decimal(20,0)"))
+    )
 
     return backend.DataFrameSchema(
         {
@@ -140,7 +155,7 @@ def _model(
                     "author",
                     f"author_is_{AUTHOR_SIZE}_bytes",
                     f"author keys have {AUTHOR_SIZE} bytes",
-                    lambda fx, c: fx.length(c) != AUTHOR_SIZE,
+                    lambda c: Not(Eq(Length(c), Lit(AUTHOR_SIZE, "long"))),
                 ),
             ),
             "log_id": column("log_id", "decimal", False, at_least("log_id", 0, True)),
@@ -153,7 +168,7 @@ def _model(
                     "hash",
                     f"hash_is_{'_or_'.join(map(str, HASH_SIZES))}_bytes",
                     f"entry hashes have {' or '.join(map(str, HASH_SIZES))} bytes",
-                    lambda fx, c: ~fx.isin(fx.length(c), HASH_SIZES),
+                    lambda c: _outside(Length(c), HASH_SIZES),
                 ),
             ),
             "batch": column("batch", "long", False, at_least("batch", 1, False)),
@@ -166,7 +181,7 @@ def _model(
                     "kind",
                     f"isin({list(KINDS)})",
                     f"one of the {len(KINDS)} kinds",
-                    lambda fx, c: ~fx.isin(c, KINDS),
+                    lambda c: _outside(c, KINDS),
                 ),
             ),
             "schema_version": column(
@@ -184,7 +199,7 @@ def _model(
                     "assignment",
                     f"isin({list(ASSIGNMENTS)})",
                     "the log's own schema, assigned to it, pending, or a duplicate log",
-                    lambda fx, c: ~fx.isin(c, ASSIGNMENTS),
+                    lambda c: _outside(c, ASSIGNMENTS),
                 ),
             ),
         },
@@ -192,19 +207,19 @@ def _model(
             checks.rows(
                 "kind_xor_error",
                 "a message has a kind, or an error when its payload does not decode",
-                lambda fx: fx.is_null(fx.col("kind")) == fx.is_null(fx.col("error")),
+                Eq(IsNull(Col("kind")), IsNull(Col("error"))),
                 ("kind", "error"),
             ),
             checks.rows(
                 "payload_or_message",
                 "each message is kept as its payload, or decoded (`message`)",
-                lambda fx: fx.is_null(fx.col("payload")) & fx.is_null(fx.col("message")),
+                And(IsNull(Col("payload")), IsNull(Col("message"))),
                 ("payload", "message"),
             ),
             checks.rows(
                 "schema_log_is_the_schemas",
                 "is_schema_log exactly for the entries of the schema's own log",
-                lambda fx: fx.col("is_schema_log") != own_log(fx),
+                Not(Eq(Col("is_schema_log"), own_log)),
                 ("is_schema_log", "author", "log_id"),
             ),
             checks.unique("hash_unique", "each entry appears once", ["hash"]),

@@ -1,8 +1,8 @@
 """pandera building blocks of the checks: `Tally`, which counts the bad rows of many
 checks in one pass of a Spark frame, `ArrowTally`, the same counts of an Arrow table in the
 driver (for pandera's pandas backend: a small frame's check without a Spark job), and the
-findings as lines and a check result. A rule both count is written once, against `Fx`:
-`SPARK_FX` makes it a Spark Column, `ARROW_FX` a pyarrow Expression.
+findings as lines and a check result. A rule both count is declared once
+(`pipeline.kernels.declared`), and built as a Spark Column or a pyarrow Expression.
 
 `pandera.pyspark` does not raise: its findings are read from `df.pandera.errors`. Field
 columns are renamed `f0`, `f1`, ... in Spark (a field name is data: it may hold dots or
@@ -11,9 +11,7 @@ backticks) and named back in the reports.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from decimal import Decimal
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import dagster as dg
@@ -21,11 +19,11 @@ import pandas as pd
 import pandera.pandas as pandas_pa
 import pandera.pyspark as pa
 import pyarrow as arrow
-import pyarrow.compute as pc
-import pyarrow.dataset as ds
 from pandera.config import ValidationDepth, config_context
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+
+from p2panda_assets.pipeline.kernels.declared import Col, Expr, expression
 
 MAX_REPORTED = 20
 ROWS = "rows"  # Tally.count of every frame: its row count
@@ -108,48 +106,6 @@ class Tally:
         return pa.Check(check, name=name, error=f"{name}: {error}", label=name)
 
 
-@dataclass(frozen=True)
-class Fx:
-    """What a check's rule is written with, so that one rule gives a Spark Column and a
-    pyarrow Expression alike: a column, a byte string's length, set membership (null for
-    a null value, as in SQL), a null test, and a number literal of a column's type (a
-    decimal(20,0) compares with a decimal only in pyarrow). Both give comparisons and
-    `&`, `|`, `~` their SQL meaning: a row whose rule is null is not counted."""
-
-    col: Callable[[str], Any]
-    length: Callable[[Any], Any]
-    isin: Callable[[Any, Sequence[object]], Any]
-    is_null: Callable[[Any], Any]
-    number: Callable[[int, bool], Any]  # (value, of a decimal(20,0) column)
-
-
-SPARK_FX = Fx(
-    col=quoted,
-    length=F.length,
-    isin=lambda value, among: value.isin(*among),
-    is_null=lambda value: value.isNull(),
-    number=lambda n, _decimal: F.lit(n),
-)
-ARROW_FX = Fx(
-    col=ds.field,
-    length=pc.binary_length,
-    isin=lambda value, among: pc.if_else(
-        pc.is_null(value),
-        arrow.scalar(None, arrow.bool_()),
-        pc.is_in(value, value_set=arrow.array(list(among))),  # type: ignore[arg-type]
-    ),
-    is_null=pc.is_null,
-    number=lambda n, decimal: (
-        arrow.scalar(Decimal(n), arrow.decimal128(20, 0)) if decimal else arrow.scalar(n)
-    ),
-)
-
-# A rule over a column (`Fx`, the column) or over a frame's rows (`Fx`): where it holds,
-# the row is bad.
-ColumnRule = Callable[[Fx, Any], Any]
-RowRule = Callable[[Fx], Any]
-
-
 class ArrowTally:
     """`Tally`'s counts of an Arrow table, in the driver: the checks of a pandera (pandas)
     model made here read them (the frame pandera is given is the table, as pandas).
@@ -159,9 +115,11 @@ class ArrowTally:
         self.table = table
         self.findings: Findings = {}
 
-    def column(self, column: str, name: str, error: str, bad: ColumnRule) -> pandas_pa.Check:
-        """Fails on the rows where `bad(ARROW_FX, column)` holds."""
-        failing = self.table.filter(bad(ARROW_FX, ds.field(column))).num_rows
+    def column(
+        self, column: str, name: str, error: str, bad: Callable[[Expr], Expr]
+    ) -> pandas_pa.Check:
+        """Fails on the rows where `bad(Col(column))` holds."""
+        failing = self.table.filter(expression(bad(Col(column)))).num_rows
         return self._check(f"{column}: {name}", name, error, failing)
 
     def not_null(self, column: str) -> pandas_pa.Check:
@@ -169,11 +127,9 @@ class ArrowTally:
         key = f"{column}: not_nullable"
         return self._check(key, "not_nullable", "the column has no nulls", failing)
 
-    def rows(
-        self, name: str, error: str, bad: RowRule, columns: tuple[str, ...]
-    ) -> pandas_pa.Check:
-        """A frame check: fails on the rows where `bad(ARROW_FX)` (of `columns`) holds."""
-        return self._check(name, name, error, self.table.filter(bad(ARROW_FX)).num_rows)
+    def rows(self, name: str, error: str, bad: Expr, columns: tuple[str, ...]) -> pandas_pa.Check:
+        """A frame check: fails on the rows where `bad` (of `columns`) holds."""
+        return self._check(name, name, error, self.table.filter(expression(bad)).num_rows)
 
     def unique(self, name: str, error: str, columns: list[str]) -> pandas_pa.Check:
         distinct = self.table.group_by(columns).aggregate([([], "count_all")]).num_rows

@@ -3,10 +3,12 @@ tree, and built as a pyarrow Expression here (`expression`, the driver path) and
 Spark Column in `pipeline.spark.expressions.column` (the Spark path). A rule changed
 here changes on both paths; a new column is added in one place.
 
-The tree has what these rules need and no more: a column, a literal, comparison, set
-membership, null tests, and/or/not, `coalesce`, and `when` (null otherwise). Both
-builders give nulls SQL's meaning: a comparison with null is null, and a filter drops
-the rows where its predicate is null."""
+The tree has what these rules need and no more: a column, a literal, a byte string's
+length, comparison, set membership, null tests, and/or/not, `coalesce`, and `when` (null
+otherwise). Both builders give nulls SQL's meaning: a comparison with null is null, and
+a filter drops the rows where its predicate is null; only membership differs (pyarrow's
+is false for null where Spark's is null), so a rule that negates it says what a null is.
+The blocking decoded check's rules are declared here too (`defs.checks.decoded`)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ ARROW_TYPES: dict[str, pa.DataType] = {
     "string": pa.string(),
     "binary": pa.binary(),
     "long": pa.int64(),
+    "decimal(20,0)": pa.decimal128(20, 0),  # log ids and seqs
 }
 
 
@@ -34,8 +37,13 @@ class Col:
 
 @dataclass(frozen=True, slots=True)
 class Lit:
-    value: str | int | None
+    value: str | int | bytes | None
     type: str = "string"  # a key of ARROW_TYPES
+
+
+@dataclass(frozen=True, slots=True)
+class Length:
+    value: Expr  # a byte string's length in bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +97,7 @@ class When:
     then: Expr  # null where `condition` is false or null
 
 
-Expr = Col | Lit | Eq | Gt | In | IsNull | And | Or | Not | Coalesce | When
+Expr = Col | Lit | Length | Eq | Gt | In | IsNull | And | Or | Not | Coalesce | When
 Columns = Mapping[str, Expr]  # a projection: each column's name and expression
 
 
@@ -141,6 +149,8 @@ def expression(expr: Expr) -> pc.Expression:
             return pc.field(name)
         case Lit(value, type_name):
             return _scalar(pa.scalar(value, ARROW_TYPES[type_name]))
+        case Length(value):
+            return pc.binary_length(expression(value))
         case Eq(left, right):
             return expression(left) == expression(right)
         case Gt(left, right):

@@ -16,6 +16,7 @@ from p2panda_assets.pipeline.kernels.declared import (
     Gt,
     In,
     IsNull,
+    Length,
     Lit,
     Not,
     Or,
@@ -30,6 +31,8 @@ def column(expr: Expr) -> Column:
             return F.col(name)
         case Lit(value, type_name):
             return F.lit(value).cast(type_name)
+        case Length(value):
+            return F.length(column(value))
         case Eq(left, right):
             return column(left) == column(right)
         case Gt(left, right):
