@@ -2,38 +2,38 @@
 classified it (schema or instance log, the schema it is assigned to, its tip).
 
 Only the index step decides a log, so only its transactions (`pipeline_state.commit_index`
-through `replace_logs`, and `commit_appended`) call these; with every statement that
-writes the table here, nothing else can reassign a log. Each function does one write in
-the caller's transaction. The reads stay with the index step's others
-(`pipeline_state.stored_logs`, `count_logs`).
+through `replace_logs`, and `commit_appended`) call these, with the rows the step staged;
+with every statement that writes the table here, nothing else can reassign a log. Each
+function does one write in the caller's transaction. The reads stay with the index
+step's others (`pipeline_state.stored_logs`, `count_logs`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-
 import psycopg
 from psycopg import sql
 
-# The columns of a logs row, in the order the index step gives them.
-LOG_COLUMNS = (
-    "author",
-    "log_id",
-    "is_schema",
-    "ref_schema_id",
-    "ref_version",
-    "ref_hash",
-    "schema_id",
-    "assignment",
-    "why_reason",
-    "why_message",
-    "tip_seq",
-    "tip_ended",
-    "clean",
+from p2panda_assets.store.staging import Stage
+
+# The columns of a logs row, in the order the index step gives them, with their types
+# (`store.copying.Target`).
+LOG_COLUMN_TYPES = (
+    ("author", "bytea"),
+    ("log_id", "numeric"),
+    ("is_schema", "boolean"),
+    ("ref_schema_id", "text"),
+    ("ref_version", "numeric"),
+    ("ref_hash", "bytea"),
+    ("schema_id", "text"),
+    ("assignment", "text"),
+    ("why_reason", "text"),
+    ("why_message", "text"),
+    ("tip_seq", "numeric"),
+    ("tip_ended", "boolean"),
+    ("clean", "boolean"),
 )
-_COPY_LOGS = sql.SQL("COPY p2panda.logs ({}) FROM STDIN").format(
-    sql.SQL(", ").join(map(sql.Identifier, LOG_COLUMNS))
-)
+LOG_COLUMNS = tuple(name for name, _ in LOG_COLUMN_TYPES)
+_COLUMNS = sql.SQL(", ").join(map(sql.Identifier, LOG_COLUMNS))
 
 
 def forget_all_logs(conn: psycopg.Connection) -> None:
@@ -41,22 +41,23 @@ def forget_all_logs(conn: psycopg.Connection) -> None:
     conn.execute("DELETE FROM p2panda.logs")
 
 
-def forget_logs(conn: psycopg.Connection, keys: Sequence[tuple[object, object]]) -> int:
-    """Drop the rows of the logs `keys` names (author, log id): an appending index step
-    writes those it touched again. How many there were."""
+def forget_staged_logs(conn: psycopg.Connection, stage: Stage) -> int:
+    """Drop the rows of the logs `stage` holds rows of: an appending index step writes
+    those it touched again. How many there were."""
     cursor = conn.execute(
-        "DELETE FROM p2panda.logs l USING unnest(%s::bytea[], %s::numeric[]) AS k(a, i)"
-        " WHERE l.author = k.a AND l.log_id = k.i",
-        ([k[0] for k in keys], [k[1] for k in keys]),
+        sql.SQL(
+            "DELETE FROM p2panda.logs l USING {} s"
+            " WHERE l.author = s.author AND l.log_id = s.log_id"
+        ).format(stage.identifier)
     )
     return max(cursor.rowcount, 0)
 
 
-def copy_logs(conn: psycopg.Connection, logs: Iterable[Sequence[object]]) -> int:
-    """Add `logs` (rows of `LOG_COLUMNS`) by COPY; how many."""
-    written = 0
-    with conn.cursor().copy(_COPY_LOGS) as copy:
-        for row in logs:
-            copy.write_row(row)
-            written += 1
-    return written
+def add_staged_logs(conn: psycopg.Connection, stage: Stage) -> int:
+    """Add the logs rows `stage` holds (the index step copied them there); how many."""
+    cursor = conn.execute(
+        sql.SQL("INSERT INTO p2panda.logs ({0}) SELECT {0} FROM {1}").format(
+            _COLUMNS, stage.identifier
+        )
+    )
+    return max(cursor.rowcount, 0)

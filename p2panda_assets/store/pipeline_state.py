@@ -11,7 +11,7 @@ entries not verified yet are read by `new_entries.py`, staging tables made by
 from __future__ import annotations
 
 import secrets
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import psycopg
@@ -114,12 +114,12 @@ def commit_compaction(conn: psycopg.Connection, run: str, through: int) -> None:
     )
 
 
-def replace_logs(conn: psycopg.Connection, logs: Iterable[Sequence[object]]) -> None:
-    """The logs table as the index step classified the logs (rows of `LOG_COLUMNS`), and
-    how many there are (`count_logs`)."""
+def replace_logs(conn: psycopg.Connection, logs: Stage) -> None:
+    """The logs table as the index step classified the logs (the rows it staged in
+    `logs`), and how many there are (`count_logs`)."""
     with conn.transaction():
         logs_sql.forget_all_logs(conn)
-        count = logs_sql.copy_logs(conn, logs)
+        count = logs_sql.add_staged_logs(conn, logs)
         conn.execute("UPDATE p2panda.pipeline_state SET logs_count = %s WHERE id = 1", (count,))
 
 
@@ -171,18 +171,19 @@ def indexed_batch(conn: psycopg.Connection) -> int | None:
 
 def commit_index(
     conn: psycopg.Connection,
-    logs: Iterable[Sequence[object]],
+    logs: Stage,
     accounts: Stage,
     chained_run: str | None,
     fingerprint: str,
     batch: int,
 ) -> None:
-    """Replace what the index step decides, in one transaction: the logs table, the
-    accounts of the chain rules, the schema logs and the logs no schema build reduces;
-    then attribute early rejections to the schema of their log, and point the reduction
-    at this run's chained messages."""
+    """Replace what the index step decides, in one transaction: the logs table (the rows
+    staged in `logs`), the accounts of the chain rules, the schema logs and the logs no
+    schema build reduces; then attribute early rejections to the schema of their log,
+    and point the reduction at this run's chained messages."""
     with conn.transaction():
         replace_logs(conn, logs)
+        drop_tables(conn, [logs])
         accounts_sql.forget_index_accounts(conn)
         _settle_accounts(conn, accounts)
         conn.execute(
@@ -195,19 +196,20 @@ def commit_index(
 
 def commit_appended(
     conn: psycopg.Connection,
-    logs: Iterable[Sequence[object]],
+    logs: Stage,
     accounts: Stage,
     chained_deltas: Sequence[str],
     fingerprint: str,
     batch: int,
 ) -> None:
     """Add what an index step that continued the logs decides, in one transaction: the
-    rows of the logs it touched, the accounts of the new entries, the schema logs'
-    accounts (all again); then point the reduction at the layers, this one's on top."""
+    rows of the logs it touched (staged in `logs`), the accounts of the new entries, the
+    schema logs' accounts (all again); then point the reduction at the layers, this
+    one's on top."""
     with conn.transaction():
-        rows = list(logs)
-        forgotten = logs_sql.forget_logs(conn, [(row[0], row[1]) for row in rows])
-        added = logs_sql.copy_logs(conn, rows) - forgotten
+        forgotten = logs_sql.forget_staged_logs(conn, logs)
+        added = logs_sql.add_staged_logs(conn, logs) - forgotten
+        drop_tables(conn, [logs])
         conn.execute(  # counted once where a store of an older release kept no count
             "UPDATE p2panda.pipeline_state SET logs_count = CASE WHEN logs_count IS NULL"
             " THEN (SELECT count(*) FROM p2panda.logs) ELSE logs_count + %s END WHERE id = 1",

@@ -4,7 +4,7 @@ an in-process stand-in for the index step, and runs "finished" by setting the re
 The stand-in writes exactly what the sensors read of the index step (the verification
 mark, the accounts of rejected entries, `message_index` of the schema messages,
 `p2panda.logs`, `index_state`), with the engine's own stage functions and the
-pipeline's own `log_rows`; the Spark index itself is tested in tests/pipeline.
+pipeline's own `plan_logs`; the Spark index itself is tested in tests/pipeline.
 """
 
 from __future__ import annotations
@@ -13,17 +13,28 @@ from itertools import groupby
 
 import psycopg
 
-from p2panda_assets.engine.corpus import SCHEMA_KINDS, Catalog, chain_log, check_record
-from p2panda_assets.pipeline.index.log_plan import log_rows
+from p2panda_assets.engine.corpus import (
+    SCHEMA_KINDS,
+    Catalog,
+    LogKey,
+    LogSummary,
+    chain_log,
+    check_record,
+)
+from p2panda_assets.pipeline.index.log_plan import decided_columns, plan_logs
+from p2panda_assets.pipeline.kernels.chain import ref_columns
 from p2panda_assets.protocol.entry import decode_entry
 from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.protocol.message_index import message_index
 from p2panda_assets.store import pipeline_state as state_sql
 from p2panda_assets.store.catalog import registered_schemas
+from p2panda_assets.store.copying import Target, copy_rows
 from p2panda_assets.store.ingest import ingest
+from p2panda_assets.store.logs import LOG_COLUMN_TYPES
 from p2panda_assets.store.new_entries import committed_bound
 from p2panda_assets.store.pipeline_state import VERIFIED_GOOD
 from p2panda_assets.store.registry import register
+from p2panda_assets.store.staging import drop_tables, stage_table
 
 
 def publish(conn: psycopg.Connection, pairs: list[tuple[bytes, bytes]]) -> None:
@@ -79,11 +90,27 @@ def index_in_process(conn: psycopg.Connection) -> None:
     summaries = {(log.author, log.log_id): log.summary for log in logs}
     schema_logs = [log for log in logs if log.summary.is_schema]
     catalog = Catalog.build(schema_logs, registered_schemas(conn))
-    state_sql.replace_logs(conn, log_rows(summaries, catalog))
+    _replace_logs(conn, summaries, catalog)
     conn.execute(
         "INSERT INTO p2panda.index_state VALUES (1, md5(random()::text))"
         " ON CONFLICT (id) DO UPDATE SET fingerprint = EXCLUDED.fingerprint"
     )
+
+
+def _replace_logs(
+    conn: psycopg.Connection, summaries: dict[LogKey, LogSummary], catalog: Catalog
+) -> None:
+    """The logs table as an index step plans these logs (where they stand not known)."""
+    plan = plan_logs(summaries, catalog, catalog.order())
+    unknown = (None, None, None)  # tip seq, ended, clean
+    rows = [
+        (*key, s.is_schema, *ref_columns(s.first_ref), *decided_columns(plan[key]), *unknown)
+        for key, s in summaries.items()
+    ]
+    stage = stage_table(conn, "logs", "in_process")
+    copy_rows(conn, Target.into(stage, LOG_COLUMN_TYPES), rows)
+    state_sql.replace_logs(conn, stage)
+    drop_tables(conn, [stage])
 
 
 def finish_runs(conn: psycopg.Connection, *schema_ids: str, status: str = "materialized") -> None:

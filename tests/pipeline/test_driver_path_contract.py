@@ -8,6 +8,7 @@ paths with each other."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -15,19 +16,22 @@ from typing import Any, cast
 import pyarrow as pa
 import pytest
 
-from p2panda_assets.engine.corpus import Catalog, schema_id_of
+from p2panda_assets.engine.corpus import Catalog, LogKey, LogSummary, schema_id_of
 from p2panda_assets.pipeline.columnar.layers import DECODED_COLUMNS
 from p2panda_assets.pipeline.columnar.warehouse import Warehouse
-from p2panda_assets.pipeline.index.accounts import (
-    pending_group,
-    schema_account_rows,
-    waiting_logs,
-)
+from p2panda_assets.pipeline.index.accounts import pending_group, schema_account_rows
 from p2panda_assets.pipeline.index.driver_path import read_layers_locally
-from p2panda_assets.pipeline.index.log_plan import LogPlan, plan_logs
+from p2panda_assets.pipeline.index.log_plan import (
+    LogPlan,
+    PlanTotals,
+    decided_columns,
+    plan_logs,
+    waits,
+)
 from p2panda_assets.pipeline.index.paths import ACCOUNT_ORIGIN_ARROW, DriverIndexSteps
 from p2panda_assets.pipeline.kernels.batches import Row, python_rows
-from p2panda_assets.pipeline.kernels.chain import CHAIN_INPUT, chain_locally
+from p2panda_assets.pipeline.kernels.chain import CHAIN_INPUT, chain_locally, ref_from_columns
+from p2panda_assets.pipeline.kernels.digests import sums_of_layer
 from p2panda_assets.protocol.message_index import indexed_message
 from p2panda_assets.statuses import Assignment
 from tests.pipeline.arrow_store import catalog_of, rows_in_order, write_batches
@@ -54,7 +58,10 @@ class Walk:
     verified: pa.Table
     rows: list[Row]
     chained: pa.Table
-    plan: LogPlan
+    found: dict[LogKey, bool]
+    plan: LogPlan  # the rule, stated plainly over the chain kernel's summaries
+    planned: pa.Table
+    totals: PlanTotals
     catalog: Catalog
     accepted: pa.Table
     pending: pa.Table | None
@@ -72,16 +79,39 @@ def walk(tmp_path_factory: pytest.TempPathFactory) -> Walk:
     rows = steps.rows(verified, len(good))
     assert rows is not None
     chained = steps.chain(verified, rows, {})
-    found = steps.found(chained)
-    summaries = {key: summary for key, (summary, _) in found.logs.items()}
+    found = steps.schema_logs(chained, set())
+    summaries = {key: summary for key, summary, _ in chain_logs(rows)}
     catalog = catalog_of(corpus.pairs, summaries, registered)
     plan = plan_logs(summaries, catalog, catalog.order())
-    accepted = steps.accepted(verified, chained, found.held)
-    pending = steps.pending(accepted, waiting_logs(plan))
+    planned = steps.plan(chained, [], catalog, catalog.order())
+    totals = steps.totals(planned)
+    accepted = steps.accepted(verified, chained, totals.held)
+    pending = steps.pending(accepted, planned)
     accounts = steps.accounts(chained, pending, schema_account_rows(catalog))
-    run = steps.write(accepted, plan, found.unexplained, True)
-    handles = (verified, rows, chained, plan, catalog, accepted, pending, accounts, run)
-    return Walk(steps, warehouse, good, *handles)
+    run = steps.write(accepted, planned, totals.unexplained, True)
+    handles = (verified, rows, chained, found, plan, planned, totals, catalog, accepted)
+    return Walk(steps, warehouse, good, *handles, pending, accounts, run)
+
+
+def chain_logs(rows: list[Row]) -> list[tuple[LogKey, LogSummary, Row]]:
+    """Each log the chain kernel finds in `rows`: its key, its summary, its `log` row."""
+    chained = rows_of(chain_locally([dict(row) for row in rows], {}))
+    return [
+        (
+            (cast(bytes, r["author"]), cast(int, r["log_id"])),
+            LogSummary(
+                bool(r["is_schema"]),
+                ref_from_columns(
+                    cast(str | None, r["ref_schema_id"]),
+                    cast(int | None, r["ref_version"]),
+                    cast(bytes | None, r["ref_hash"]),
+                ),
+            ),
+            r,
+        )
+        for r in chained
+        if r["row_type"] == "log"
+    ]
 
 
 def refused(walk: Walk) -> set[bytes]:
@@ -94,7 +124,8 @@ def test_the_fixture_has_what_the_rules_need(walk: Walk) -> None:
     """Held entries, a waiting log, a schema account, a delete: no rule checked on
     nothing."""
     assert len(refused(walk)) == 2
-    assert waiting_logs(walk.plan) and walk.pending is not None and walk.pending.num_rows
+    assert walk.totals.waiting and walk.pending is not None and walk.pending.num_rows
+    assert walk.found  # the schema logs
     assert schema_account_rows(walk.catalog)
     assert any(row["kind"] == "delete" for row in rows_of(walk.accepted))
 
@@ -111,8 +142,49 @@ def test_the_rows_to_chain_are_the_chain_input(walk: Walk) -> None:
 def test_chaining_is_the_chain_kernel(walk: Walk) -> None:
     kernel = chain_locally([dict(row) for row in walk.rows], {})
     assert rows_of(walk.chained) == rows_of(kernel)
-    found = walk.steps.found(walk.chained)
-    assert found.held == len(refused(walk))
+
+
+def test_the_schema_logs_found_are_the_kernels(walk: Walk) -> None:
+    expected = {key: True for key, summary, _ in chain_logs(walk.rows) if summary.is_schema}
+    assert walk.found == expected
+
+
+def test_each_log_is_planned_by_the_plan_rule(walk: Walk) -> None:
+    """A row per chained log: its summary and tip as the chain kernel found them, what
+    `plan_logs` decides of it, and whether the index accounts for its entries."""
+    planned = {(r["author"], r["log_id"]): r for r in rows_of(walk.planned)}
+    logs = chain_logs(walk.rows)
+    assert set(planned) == {key for key, _, _ in logs}
+    for key, summary, log in logs:
+        row = planned[key]
+        decided = decided_columns(walk.plan[key])
+        assert (row["schema_id"], row["assignment"], row["why_reason"], row["why_message"]) == (
+            decided
+        )
+        assert row["schema"] == walk.plan[key][0]
+        assert row["is_schema_log"] == (schema_id_of(key) == walk.plan[key][0])
+        assert row["waits"] == waits(walk.plan[key])
+        assert row["is_schema"] == summary.is_schema
+        assert (row["tip_seq"], row["tip_ended"]) == (log["tip_seq"], log["tip_ended"])
+        assert row["clean"] == (log["held"] == 0)
+        assert row["touched"] and row["grew"] and not row["changed"]
+
+
+def test_the_totals_are_the_chained_logs_sums(walk: Walk) -> None:
+    logs = chain_logs(walk.rows)
+    assert walk.totals.logs == len(logs)
+    assert walk.totals.held == len(refused(walk)) == sum(cast(int, r["held"]) for *_, r in logs)
+    assert walk.totals.waiting == sum(waits(fate) is not None for fate in walk.plan.values())
+    sums = [
+        (
+            walk.plan[key][0],
+            walk.plan[key][1] is Assignment.ASSIGNED,
+            {b: (c, bits) for b, c, bits in json.loads(cast(str, r["batch_sums"]))},
+        )
+        for key, _, r in logs
+    ]
+    assert walk.totals.sums == sums_of_layer(sums)
+    assert walk.totals.sums and not walk.totals.changed and walk.totals.grew
 
 
 def test_the_accepted_entries_are_those_the_rules_do_not_refuse(walk: Walk) -> None:
@@ -125,8 +197,16 @@ def test_the_pending_accounts_are_the_kernels(walk: Walk) -> None:
     """Each waiting log's accepted entries through `pending_group`, in seq order."""
     expected: list[tuple[Any, ...]] = []
     accepted = rows_of(walk.accepted)
-    for author, log_id, *plan in waiting_logs(walk.plan):
-        columns = dict(zip(("plan", "plan_schema", "why_reason", "why_message"), plan, strict=True))
+    for (author, log_id), fate in walk.plan.items():
+        if waits(fate) is None:
+            continue
+        schema_id, _, why_reason, why_message = decided_columns(fate)
+        columns = {
+            "waits": waits(fate),
+            "schema_id": schema_id,
+            "why_reason": why_reason,
+            "why_message": why_message,
+        }
         log = [
             {**row, **columns}
             for row in sorted(accepted, key=lambda r: cast(int, r["seq"]))

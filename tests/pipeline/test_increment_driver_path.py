@@ -15,13 +15,12 @@ from typing import cast
 import pyarrow as pa
 import pytest
 
-from p2panda_assets.engine.corpus import Catalog
+from p2panda_assets.engine.corpus import Catalog, LogSummary
 from p2panda_assets.pipeline.build.driver_path import READ, touched_locally
 from p2panda_assets.pipeline.build.paths import COLLECT, DriverSteps
 from p2panda_assets.pipeline.build.reduction import COLLECTED
 from p2panda_assets.pipeline.columnar.arrow_io import layers_dataset
 from p2panda_assets.pipeline.columnar.warehouse import Warehouse
-from p2panda_assets.pipeline.index.log_plan import plan_logs
 from p2panda_assets.pipeline.index.paths import DriverIndexSteps
 from p2panda_assets.pipeline.index.sequence import IndexResult
 from p2panda_assets.pipeline.kernels.batches import Row, python_rows
@@ -53,13 +52,14 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
     steps = DriverIndexSteps(warehouse)
     verified = steps.verified(state)
     chained = steps.chain(verified, steps.rows(verified), {})
-    found = steps.found(chained)
-    summaries = {key: summary for key, (summary, _) in found.logs.items()}
-    catalog = catalog_of(corpus.pairs, summaries, {schema_id})
+    found = steps.schema_logs(chained, set())
+    schema_logs = {key: LogSummary(True, None) for key, is_schema in found.items() if is_schema}
+    catalog = catalog_of(corpus.pairs, schema_logs, {schema_id})
     order = catalog.order()
-    plan = plan_logs(summaries, catalog, order)
-    run = steps.write(steps.accepted(verified, chained, found.held), plan, 0, True)
-    index = IndexResult(0, len(summaries), catalog, order, warehouse, (run,), "", batch=2)
+    planned = steps.plan(chained, [], catalog, order)
+    totals = steps.totals(planned)
+    run = steps.write(steps.accepted(verified, chained, totals.held), planned, 0, True)
+    index = IndexResult(0, totals.logs, catalog, order, warehouse, (run,), "", batch=2)
     dataset = layers_dataset([warehouse.chained(run)])
     assert dataset is not None
     messages = [row for batch in dataset.to_table().to_batches() for row in python_rows(batch)]

@@ -18,16 +18,18 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
+from p2panda_assets.engine.corpus import Catalog, LogKey
 from p2panda_assets.pipeline.columnar.layers import read_layers
 from p2panda_assets.pipeline.columnar.warehouse import Warehouse
-from p2panda_assets.pipeline.index.accounts import schema_account_rows, waiting_logs
-from p2panda_assets.pipeline.index.log_plan import LogPlan, plan_logs
+from p2panda_assets.pipeline.index.accounts import schema_account_rows
+from p2panda_assets.pipeline.index.log_plan import STORED, PlanTotals
 from p2panda_assets.pipeline.index.paths import DriverIndexSteps, IndexSteps, SparkIndexSteps
 from p2panda_assets.pipeline.index.verify import current_warehouse, verify_new_entries
 from p2panda_assets.pipeline.kernels.batches import Row, python_rows
 from p2panda_assets.protocol.ids import parse_schema_id
 from p2panda_assets.store.catalog import load_catalog, registered_schemas
 from p2panda_assets.store.ingest import ingest
+from p2panda_assets.store.logs import LOG_COLUMNS
 from p2panda_assets.store.pipeline_state import PipelineState, pipeline_state
 from p2panda_assets.store.registry import register
 from p2panda_assets.store.staging import drop_tables, stage_table
@@ -106,8 +108,10 @@ class Walk:
     verified: Any
     rows: list[Row] | None
     chained: Any
-    found: Any
-    plan: LogPlan
+    found: dict[LogKey, bool]
+    catalog: Catalog
+    planned: Any
+    totals: PlanTotals
     accepted: Any
     pending: Any
     accounts: Any
@@ -118,17 +122,18 @@ def walk(steps: IndexSteps, store: Store, spark_jobs: bool) -> Walk:
     verified = steps.verified(store.state)
     rows = steps.rows(verified, store.entries)
     chained = steps.chain(verified, None if spark_jobs else rows, {})
-    found = steps.found(chained)
-    summaries = {key: summary for key, (summary, _) in found.logs.items()}
-    schema_keys = [key for key, summary in summaries.items() if summary.is_schema]
+    found = steps.schema_logs(chained, set())
+    schema_keys = sorted(key for key, is_schema in found.items() if is_schema)
     catalog = load_catalog(store.conn, schema_keys, registered_schemas(store.conn))
     order = catalog.order()
-    plan = plan_logs(summaries, catalog, order)
-    accepted = steps.accepted(verified, chained, found.held)
-    pending = steps.pending(accepted, waiting_logs(plan))
+    planned = steps.plan(chained, [], catalog, order)
+    totals = steps.totals(planned)
+    accepted = steps.accepted(verified, chained, totals.held)
+    pending = steps.pending(accepted, planned)
     accounts = steps.accounts(chained, pending, schema_account_rows(catalog))
-    run = steps.write(accepted, plan, found.unexplained, False)
-    return Walk(verified, rows, chained, found, plan, accepted, pending, accounts, run)
+    run = steps.write(accepted, planned, totals.unexplained, False)
+    handles = (chained, found, catalog, planned, totals, accepted, pending, accounts, run)
+    return Walk(verified, rows, *handles)
 
 
 @pytest.fixture(scope="module")
@@ -144,9 +149,9 @@ def walks(spark: SparkSession, store: Store) -> dict[str, Walk]:
 def test_the_corpus_has_what_the_contract_needs(walks: dict[str, Walk]) -> None:
     """Held entries, pending logs, a schema account and a deleted instance: no method is
     compared on nothing."""
-    found = walks["driver"].found
-    assert found.held == 2  # the two entries after the gap
-    assert waiting_logs(walks["driver"].plan)  # the unregistered schema's log
+    assert walks["driver"].totals.held == 2  # the two entries after the gap
+    assert walks["driver"].totals.waiting  # the unregistered schema's log
+    assert walks["driver"].found  # the schema logs
     assert walks["driver"].pending
     assert any(row["kind"] == "delete" for row in as_rows(walks["driver"].accepted))
 
@@ -164,6 +169,11 @@ def test_the_rows_to_chain_are_the_same(walks: dict[str, Walk]) -> None:
 def test_chaining_finds_the_same_logs(walks: dict[str, Walk]) -> None:
     assert walks["spark"].found == walks["driver"].found
     assert as_rows(walks["spark"].chained) == as_rows(walks["driver"].chained)
+
+
+def test_the_logs_are_planned_the_same(walks: dict[str, Walk]) -> None:
+    assert as_rows(walks["spark"].planned) == as_rows(walks["driver"].planned)
+    assert walks["spark"].totals == walks["driver"].totals
 
 
 def test_the_accepted_entries_are_the_same(walks: dict[str, Walk]) -> None:
@@ -206,6 +216,49 @@ def test_the_accounts_are_copied_the_same(
             drop_tables(store.conn, [stage])
     assert copied["spark"] == copied["driver"]
     assert copied["driver"]
+
+
+def test_the_logs_rows_are_copied_the_same(
+    spark: SparkSession, store: Store, walks: dict[str, Walk]
+) -> None:
+    copied = {}
+    for path, steps in (
+        ("spark", SparkIndexSteps(spark, store.warehouse)),
+        ("driver", DriverIndexSteps(store.warehouse)),
+    ):
+        stage = stage_table(store.conn, "logs", f"contract_{path}")
+        try:
+            steps.copy_logs(walks[path].planned, store.url, stage)
+            query = f"SELECT {', '.join(LOG_COLUMNS)} FROM p2panda.{stage.name}"
+            copied[path] = sorted(store.conn.execute(query).fetchall(), key=repr)
+        finally:
+            drop_tables(store.conn, [stage])
+    assert copied["spark"] == copied["driver"]
+    assert len(copied["driver"]) == walks["driver"].totals.logs
+
+
+def test_logs_planned_with_what_was_kept_are_the_same(
+    spark: SparkSession, store: Store, walks: dict[str, Walk]
+) -> None:
+    """An append's plan: the logs rows kept of the authors it touches join the chained
+    logs; a kept log whose plan differs is `changed`, a kept log not chained again is
+    planned but not `touched`, and a tip that did not move did not `grow`."""
+    planned = sorted(as_rows(walks["driver"].planned), key=lambda r: repr(r["log_id"]))
+    kept: list[Row] = [{"row_type": STORED, **{c: r[c] for c in LOG_COLUMNS}} for r in planned]
+    kept[0]["why_message"] = "decided otherwise before"
+    paths: dict[str, IndexSteps[Any]] = {
+        "spark": SparkIndexSteps(spark, store.warehouse),
+        "driver": DriverIndexSteps(store.warehouse),
+    }
+    catalog = walks["driver"].catalog
+    again = {
+        path: steps.plan(walks[path].chained, kept, catalog, catalog.order())
+        for path, steps in paths.items()
+    }
+    assert as_rows(again["spark"]) == as_rows(again["driver"])
+    totals = DriverIndexSteps(store.warehouse).totals(again["driver"])
+    assert totals.changed and not totals.grew  # every tip as it was kept
+    assert totals.logs == walks["driver"].totals.logs
 
 
 def test_the_accepted_entry_at_a_position_is_the_same(

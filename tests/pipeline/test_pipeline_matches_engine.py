@@ -19,7 +19,7 @@ from p2panda_assets.engine.corpus import reduce_corpus
 from p2panda_assets.errors import P2pandaError
 from p2panda_assets.pipeline.columnar.arrow_io import DRIVER_PATH_ENVS
 from p2panda_assets.pipeline.columnar.warehouse import exists, remove
-from p2panda_assets.pipeline.index import chaining
+from p2panda_assets.pipeline.index.paths import DriverIndexSteps, SparkIndexSteps
 from p2panda_assets.pipeline.index.step import last_index, run_index
 from p2panda_assets.pipeline.index.verify import current_warehouse
 from p2panda_assets.pipeline.materialize import materialize_schemas
@@ -229,14 +229,14 @@ def test_payloads_that_do_not_decode_keep_the_engines_reason(
     by an earlier release did not keep it: chaining decodes those payloads again, and
     only then. Either way every error is the reason the engine gives."""
     unexplained: list[int] = []
-    chained_logs_of = chaining.chained_logs_of
+    for steps in (SparkIndexSteps, DriverIndexSteps):
 
-    def counting(log_rows):
-        found = chained_logs_of(log_rows)
-        unexplained.append(found.unexplained)
-        return found
+        def counting(self, planned, totals=steps.totals):
+            found = totals(self, planned)
+            unexplained.append(found.unexplained)
+            return found
 
-    monkeypatch.setattr(chaining, "chained_logs_of", counting)
+        monkeypatch.setattr(steps, "totals", counting)
     for name in DRIVER_PATH_ENVS:
         monkeypatch.setenv(name, driver_path)
     corpus = CorpusBuilder()

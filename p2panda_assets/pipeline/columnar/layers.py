@@ -14,7 +14,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from p2panda_assets.engine.corpus import LogKey
 from p2panda_assets.pipeline.columnar.warehouse import (
     Warehouse,
     children,
@@ -22,12 +21,9 @@ from p2panda_assets.pipeline.columnar.warehouse import (
     remove,
     warehouse_root,
 )
-from p2panda_assets.pipeline.index.log_plan import LogPlan, plan_frame
 from p2panda_assets.pipeline.kernels.declared import UNEXPLAINED
-from p2panda_assets.pipeline.kernels.digests import LogSums, sums_of_layer
 from p2panda_assets.pipeline.spark.expressions import column
 from p2panda_assets.protocol.message_index import indexed_message
-from p2panda_assets.statuses import Assignment as LogAssignment
 from p2panda_assets.store import pipeline_state as state_sql
 
 # The chained messages as the columnar store keeps them (and the decoded check reads),
@@ -111,20 +107,12 @@ def keep_chained(spark: SparkSession, warehouse: Warehouse, keep: set[str]) -> N
 
 
 def keep_layer_sums(
-    conn: psycopg.Connection,
-    run: str,
-    layers: Sequence[str],
-    plan: LogPlan,
-    sums: dict[LogKey, LogSums],
+    conn: psycopg.Connection, run: str, layers: Sequence[str], sums: state_sql.LayerSums
 ) -> None:
-    """Keep the sums of the layer `run` for `layer_sums`, from the chain step's sums of
-    each log (its messages go to its plan's schema partition). After the commit: a
-    layer that was not committed is never read. `layers`: those now committed."""
-    rows = sums_of_layer(
-        (plan[key][0], plan[key][1] is LogAssignment.ASSIGNED, by_batch)
-        for key, by_batch in sums.items()
-    )
-    state_sql.keep_layer_digests(conn, {run: rows}, layers)
+    """Keep the sums of the layer `run` for `layer_sums`, as the index step summed its
+    logs (`log_plan.PlanTotals`). After the commit: a layer that was not committed is
+    never read. `layers`: those now committed."""
+    state_sql.keep_layer_digests(conn, {run: sums}, layers)
 
 
 def with_decode_errors(messages: DataFrame, unexplained: int) -> DataFrame:
@@ -148,15 +136,10 @@ def with_decode_errors(messages: DataFrame, unexplained: int) -> DataFrame:
 
 
 def write_chained(
-    spark: SparkSession,
-    accepted: DataFrame,
-    plan: LogPlan,
-    warehouse: Warehouse,
-    unexplained: int,
-    few: bool,
+    accepted: DataFrame, planned: DataFrame, warehouse: Warehouse, unexplained: int, few: bool
 ) -> str:
-    """Every accepted entry, decoded, by the schema of its log (`schema=` partitions),
-    as a new chained run of `warehouse`; its name.
+    """Every accepted entry, decoded, by the schema of its log's plan in `planned`
+    (`schema=` partitions), as a new chained run of `warehouse`; its name.
 
     Each task writes the schemas it holds, a file each: a shuffle by schema first would
     make one file per schema, at the cost of moving every payload once more (113 MB in
@@ -165,7 +148,8 @@ def write_chained(
     not one per schema and task."""
     if few:
         accepted = accepted.coalesce(1)
-    planned = accepted.join(F.broadcast(plan_frame(spark, plan)), ["author", "log_id"])
+    plans = planned.select("author", "log_id", "schema", "assignment", "is_schema_log")
+    planned = accepted.join(plans, ["author", "log_id"])
     batch = F.col("batch").cast("long")
     decoded = with_decode_errors(planned.withColumn("batch", batch), unexplained)
     decoded = decoded.select(*DECODED_COLUMNS, "schema")

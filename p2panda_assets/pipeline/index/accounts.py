@@ -5,7 +5,6 @@ an author's duplicate log for a schema). Both paths of the index step
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import cast
 
 import pyarrow as pa
@@ -17,8 +16,6 @@ from p2panda_assets.engine.corpus import (
     pending_accounts,
 )
 from p2panda_assets.errors import Pending, Reason
-from p2panda_assets.pipeline.columnar.warehouse import NO_SCHEMA
-from p2panda_assets.pipeline.index.log_plan import LogPlan
 from p2panda_assets.pipeline.kernels.batches import Row, arrow_schema
 from p2panda_assets.pipeline.kernels.chain import account_rows, items_log
 from p2panda_assets.statuses import Assignment as LogAssignment
@@ -43,32 +40,13 @@ def schema_account_rows(catalog: Catalog) -> list[tuple[object, ...]]:
     return [(*row.values(), "schema") for row in account_rows(accounts)]
 
 
-def waiting_logs(plan: LogPlan) -> list[tuple[object, ...]]:
-    """The logs whose entries the index accounts for, as (author, log id, plan, plan
-    schema, why reason, why message): duplicate logs, and logs that wait."""
-    waiting: list[tuple[object, ...]] = []
-    for (author, log_id), (schema, kind, why) in plan.items():
-        if kind is LogAssignment.DUPLICATE:
-            waiting.append((author, log_id, LogAssignment.DUPLICATE.value, schema, "", ""))
-        elif why is not None:
-            named = None if schema == NO_SCHEMA else schema
-            waiting.append(
-                (author, log_id, LogAssignment.PENDING.value, named, str(why.reason), why.message)
-            )
-    return waiting
-
-
-def decimal_log_ids(rows: list[tuple[object, ...]]) -> list[tuple[object, ...]]:
-    """`waiting_logs` rows with their log id as Spark's decimal(20,0) takes it."""
-    return [(author, Decimal(cast(int, log_id)), *rest) for author, log_id, *rest in rows]
-
-
 def pending_group(rows: list[Row]) -> list[Row]:
-    """The accounts of one waiting log's accepted entries (with its `waiting_logs` plan)."""
+    """The accounts of one waiting log's accepted entries, with its plan's
+    `log_plan.WAITING_COLUMNS` (`waits`: how the index accounts for them)."""
     log = items_log(rows)
     first = rows[0]
-    schema_id = cast(str | None, first["plan_schema"])
-    if first["plan"] == LogAssignment.DUPLICATE:
+    schema_id = cast(str | None, first["schema_id"])
+    if first["waits"] == LogAssignment.DUPLICATE:
         assert schema_id is not None
         accounts = duplicate_log_accounts(log, schema_id)
     else:

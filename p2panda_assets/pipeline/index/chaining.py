@@ -1,33 +1,45 @@
 """Chaining in Spark: every log's verified entries through the chain rules
 (`chain.chain_group`), in Spark partitions (`chain_logs`) or, for a few entries,
-collected to Spark's driver (`chain_in_driver`). What comes back is small: a row per log
-(its summary, where it now stands, its accepted entries summed by batch) and an account
-per entry the rules reject or hold. The accepted entries are all the others
-(`accepted_entries`): their payloads never pass through this step."""
+collected to Spark's driver (`chain_in_driver`). What comes back is a row per log (its
+summary, where it now stands, its accepted entries summed by batch) and an account per
+entry the rules reject or hold. The accepted entries are all the others
+(`accepted_entries`): their payloads never pass through this step.
+
+The log rows stay in Spark: they are planned by author in tasks (`plan_in_spark`), and
+the driver collects only the schema logs (`schema_logs_in_spark`) and the plans'
+totals (`totals_in_spark`), never a row per log of the store (issue 58: 500,000 logs of
+100,000 authors outgrew the driver's heap)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from decimal import Decimal
+from functools import partial
 
+import pyarrow as pa
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from p2panda_assets.engine.corpus import (
-    LogKey,
+from p2panda_assets.engine.corpus import Catalog, LogKey
+from p2panda_assets.engine.relations import BuildOrder
+from p2panda_assets.pipeline.index.log_plan import (
+    CHAIN_LOG_INPUT,
+    PLAN_INPUT,
+    PLANNED_ARROW,
+    WAITING_COLUMNS,
+    PlanTotals,
+    added_totals,
+    plan_author,
+    plan_totals,
 )
-from p2panda_assets.pipeline.kernels.batches import (
-    Row,
-    python_rows,
-)
+from p2panda_assets.pipeline.kernels.batches import Row, python_rows, record_batch
 from p2panda_assets.pipeline.kernels.chain import (
     CHAIN_ARROW,
     CHAIN_INPUT,
-    ChainedLogs,
     chain_group,
     chain_locally,
-    chained_logs_of,
     tip_columns,
 )
 from p2panda_assets.pipeline.kernels.declared import CHAIN_ACCOUNT, CHAIN_LOG
@@ -89,10 +101,53 @@ def chain_in_driver(spark: SparkSession, rows: list[Row], tips: dict[LogKey, Log
     return spark.createDataFrame(table, from_arrow_schema(CHAIN_ARROW))
 
 
-def chained_logs(chained: DataFrame) -> ChainedLogs:
-    """What the chain step found (`ChainedLogs`), from its `log` rows, in the driver."""
-    rows = chained.filter(column(CHAIN_LOG)).collect()
-    return chained_logs_of(row.asDict() for row in rows)
+def schema_logs_in_spark(chained: DataFrame, kept: set[LogKey]) -> dict[LogKey, bool]:
+    """The chained logs that are schema logs by their new entries, or that `kept` names:
+    whether each is one by its new entries (`IndexSteps.schema_logs`). `kept` is the
+    schema logs of the authors an append touches: a few authors."""
+    logs = chained.filter(column(CHAIN_LOG))
+    authors = sorted({author for author, _ in kept})
+    wanted = F.col("is_schema")
+    if authors:
+        wanted = wanted | F.col("author").isin([bytearray(a) for a in authors])
+    found = logs.filter(wanted).select("author", "log_id", "is_schema").collect()
+    keys = {(bytes(row["author"]), int(row["log_id"])): bool(row["is_schema"]) for row in found}
+    return {key: is_schema for key, is_schema in keys.items() if is_schema or key in kept}
+
+
+def plan_in_spark(
+    spark: SparkSession, chained: DataFrame, stored: list[Row], catalog: Catalog, order: BuildOrder
+) -> DataFrame:
+    """The plans of the chained logs' authors' logs (`log_plan.plan_author`), in tasks
+    grouped by author, with what was decided of the `stored` ones (the logs of the
+    authors an append touches); persisted on disk, read by the totals, the layer's write,
+    the pending accounts and the logs rows."""
+    logs = chained.filter(column(CHAIN_LOG)).select(*CHAIN_LOG_INPUT)
+    if stored:
+        columns = {name: [row.get(name) for row in stored] for name in PLAN_INPUT.names}
+        batch = record_batch(columns, PLAN_INPUT)
+        kept = spark.createDataFrame(pa.Table.from_batches([batch]), from_arrow_schema(PLAN_INPUT))
+        logs = logs.unionByName(kept, allowMissingColumns=True)
+    fn = partial(plan_author, catalog, order)
+    planned = map_groups(logs, ("author",), ("log_id",), fn, PLANNED_ARROW)
+    return planned.persist(StorageLevel.DISK_ONLY)
+
+
+def totals_in_spark(planned: DataFrame) -> PlanTotals:
+    """The `PlanTotals` of the `planned` logs: a task's each, added up in the driver."""
+
+    def totals(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        rows = (row for batch in batches for row in python_rows(batch))
+        yield pa.record_batch([pa.array([plan_totals(rows).to_json()])], names=["totals"])
+
+    parts = planned.mapInArrow(totals, "totals string").collect()
+    return added_totals(PlanTotals.from_json(row["totals"]) for row in parts)
+
+
+def waiting_in_spark(planned: DataFrame) -> DataFrame:
+    """The chained logs whose entries the index accounts for (`log_plan.waits`), with
+    what `accounts.pending_group` reads of their plans."""
+    return planned.filter(F.col("touched") & F.col("waits").isNotNull()).select(*WAITING_COLUMNS)
 
 
 # Up to `broadcast_held` (200,000) rejected or held entries, `accepted_entries` broadcasts

@@ -29,7 +29,6 @@ from p2panda_assets.pipeline.columnar.arrow_io import (
 )
 from p2panda_assets.pipeline.columnar.layers import DECODED_COLUMNS
 from p2panda_assets.pipeline.columnar.warehouse import Warehouse
-from p2panda_assets.pipeline.index.log_plan import LogPlan, plan_rows
 from p2panda_assets.pipeline.index.verify import VERIFIED_ARROW
 from p2panda_assets.pipeline.kernels.batches import Row, python_rows
 from p2panda_assets.pipeline.kernels.chain import CHAIN_INPUT
@@ -100,15 +99,20 @@ def accepted_locally(verified: pa.Table, chained: pa.Table, held: int) -> pa.Tab
     return verified.filter(pc.invert(refused))
 
 
-def decoded_locally(accepted: pa.Table, plan: LogPlan, unexplained: int) -> pa.Table:
+def decoded_locally(accepted: pa.Table, planned: pa.Table, unexplained: int) -> pa.Table:
     """`layers.write_chained`'s rows: each accepted entry of a planned log with its
-    plan's columns (`log_plan.plan_rows`), the batch as a long, and `error`
-    (`layers.with_decode_errors`: as verification kept it, or, where a batch did not
-    keep it (`declared.UNEXPLAINED`), the reason `indexed_message` gives)."""
-    planned = {(author, log_id): rest for author, log_id, *rest in plan_rows(plan)}
+    plan's columns (`log_plan.PLANNED_ARROW`: schema, assignment, is_schema_log), the
+    batch as a long, and `error` (`layers.with_decode_errors`: as verification kept it,
+    or, where a batch did not keep it (`declared.UNEXPLAINED`), the reason
+    `indexed_message` gives)."""
+    plans = rows_of(planned, ["author", "log_id", "schema", "assignment", "is_schema_log"])
+    planned_logs = {
+        (row["author"], row["log_id"]): (row["schema"], row["assignment"], row["is_schema_log"])
+        for row in plans
+    }
     authors = cast(list[bytes], accepted["author"].to_pylist())
     log_ids = cast(list[int], accepted["log_id"].cast(pa.uint64()).to_pylist())
-    fates = [planned.get(key) for key in zip(authors, log_ids, strict=True)]
+    fates = [planned_logs.get(key) for key in zip(authors, log_ids, strict=True)]
     table = accepted.filter(pa.array([fate is not None for fate in fates], pa.bool_()))
     kept = [fate for fate in fates if fate is not None]
     errors = table["message_error"].to_pylist()

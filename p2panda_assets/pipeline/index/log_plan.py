@@ -1,20 +1,32 @@
 """Each log's plan, as the index step decides it and the logs table keeps it: the
 schema its messages go with, its assignment, and why its entries wait, if they do
-(`plan_logs`)."""
+(`plan_logs`).
+
+A log's plan depends on the catalog and on its author's other logs alone
+(`Catalog.assign`), so both paths plan an author's logs at a time (`plan_author`): the
+driver's over the rows it holds, Spark's in tasks grouped by author. No path holds a
+row per log of the store in the process that runs the step (issue 58): what the
+sequence needs of the plans is summed up by `PlanTotals`."""
 
 from __future__ import annotations
 
-from decimal import Decimal
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import cast
 
-from pyspark.sql import DataFrame, SparkSession
+import pyarrow as pa
 
 from p2panda_assets.engine.corpus import Catalog, LogKey, LogSummary, schema_id_of
 from p2panda_assets.engine.relations import BuildOrder
 from p2panda_assets.errors import Pending
 from p2panda_assets.pipeline.columnar.warehouse import NO_SCHEMA
-from p2panda_assets.pipeline.kernels.chain import ref_columns
-from p2panda_assets.pipeline.spark.frames import local_frame
+from p2panda_assets.pipeline.kernels.batches import Row, arrow_schema
+from p2panda_assets.pipeline.kernels.chain import ref_columns, ref_from_columns
+from p2panda_assets.pipeline.kernels.digests import merged_sums, sums_of_layer
 from p2panda_assets.statuses import Assignment as LogAssignment
+from p2panda_assets.store.logs import LOG_COLUMNS
+from p2panda_assets.store.pipeline_state import LayerSums
 
 # (schema the log's messages go with, or NO_SCHEMA; its assignment; why its entries wait:
 # a pending log, or one assigned to a schema that is not built)
@@ -41,6 +53,10 @@ def plan_logs(summaries: dict[LogKey, LogSummary], catalog: Catalog, order: Buil
     return plan
 
 
+# The columns of a logs row that hold what was decided of the log (`decided_columns`).
+DECIDED_COLUMNS = ("schema_id", "assignment", "why_reason", "why_message")
+
+
 def decided_columns(fate: tuple[str, LogAssignment, Pending | None]) -> tuple[object, ...]:
     """A log's plan as its logs row keeps it (schema, assignment, why reason, why message)."""
     schema, kind, why = fate
@@ -52,49 +68,208 @@ def decided_columns(fate: tuple[str, LogAssignment, Pending | None]) -> tuple[ob
     )
 
 
-def plan_rows(plan: LogPlan) -> list[tuple[bytes, int, str, str, bool]]:
-    """Each log's plan as its messages' columns in a chained layer take it: (author, log
-    id, `schema`, `assignment`, `is_schema_log`: whether the log is its schema's own)."""
-    return [
-        (author, log_id, schema, assignment.value, schema_id_of((author, log_id)) == schema)
-        for (author, log_id), (schema, assignment, _) in plan.items()
+# What `plan_author` reads: a `log` row of the chain step (`row_type` "log": the log's
+# summary from its new entries, where it now stands, `held`, `unexplained`, `batch_sums`)
+# or a logs row of a log indexed before (`row_type` "stored": `LOG_COLUMNS`).
+PLAN_INPUT = arrow_schema(
+    [
+        ("row_type", pa.string()),
+        ("author", pa.binary()),
+        ("log_id", pa.decimal128(20, 0)),
+        ("is_schema", pa.bool_()),
+        ("ref_schema_id", pa.string()),
+        ("ref_version", pa.decimal128(20, 0)),
+        ("ref_hash", pa.binary()),
+        ("schema_id", pa.string()),
+        ("assignment", pa.string()),
+        ("why_reason", pa.string()),
+        ("why_message", pa.string()),
+        ("tip_seq", pa.decimal128(20, 0)),
+        ("tip_ended", pa.bool_()),
+        ("clean", pa.bool_()),
+        ("held", pa.int64()),
+        ("unexplained", pa.int64()),
+        ("batch_sums", pa.string()),
     ]
+)
+STORED = "stored"
+# The columns of PLAN_INPUT the chain step's `log` rows carry.
+CHAIN_LOG_INPUT = (
+    "row_type",
+    "author",
+    "log_id",
+    "is_schema",
+    "ref_schema_id",
+    "ref_version",
+    "ref_hash",
+    "tip_seq",
+    "tip_ended",
+    "held",
+    "unexplained",
+    "batch_sums",
+)
+# The columns of a planned log that `accounts.pending_group` reads.
+WAITING_COLUMNS = ("author", "log_id", "waits", "schema_id", "why_reason", "why_message")
+
+# One row per log of the author (`plan_author`): its logs row (`LOG_COLUMNS`); the
+# chained partition its messages go to (`schema`, NO_SCHEMA for none) and whether the log
+# is that schema's own (`is_schema_log`); how the index accounts for its entries, if it
+# does (`waits`); whether the step chained it (`touched`: only
+# those rows are written), whether its plan differs from the one the logs table kept
+# (`changed`), whether its tip moved (`grew`); and the chain step's counts and sums.
+PLANNED_ARROW = arrow_schema(
+    [
+        *((name, PLAN_INPUT.field(name).type) for name in LOG_COLUMNS),
+        ("schema", pa.string()),
+        ("is_schema_log", pa.bool_()),
+        ("waits", pa.string()),
+        ("touched", pa.bool_()),
+        ("changed", pa.bool_()),
+        ("grew", pa.bool_()),
+        ("held", pa.int64()),
+        ("unexplained", pa.int64()),
+        ("batch_sums", pa.string()),
+    ]
+)
 
 
-def plan_frame(spark: SparkSession, plan: LogPlan) -> DataFrame:
-    """`plan_rows` as a Spark frame, to join the accepted entries with."""
-    rows = [(author, Decimal(log_id), *rest) for author, log_id, *rest in plan_rows(plan)]
-    return local_frame(
-        spark,
-        rows,
-        "author binary, log_id decimal(20,0), schema string, assignment string, "
-        "is_schema_log boolean",
+def plan_author(catalog: Catalog, order: BuildOrder, rows: list[Row]) -> list[Row]:
+    """The plans of one author's logs (`PLANNED_ARROW`), from the chain step's rows of the
+    logs it chained and the logs rows kept of the author's others (`PLAN_INPUT`). A log
+    indexed before keeps the summary it was indexed with: its new entries continue it."""
+    chained = {_key(row): row for row in rows if row["row_type"] != STORED}
+    stored = {_key(row): row for row in rows if row["row_type"] == STORED}
+    summaries = {key: _summary(row) for key, row in chained.items()}
+    summaries.update({key: _summary(row) for key, row in stored.items()})
+    plan = plan_logs(summaries, catalog, order)
+    out: list[Row] = []
+    for key, summary in summaries.items():
+        new, old = chained.get(key), stored.get(key)
+        schema = plan[key][0]
+        decided = decided_columns(plan[key])
+        where = old if new is None else new
+        assert where is not None
+        ref_id, ref_version, ref_hash = ref_columns(summary.first_ref)
+        tip_seq = cast(int, where["tip_seq"])
+        before = 0 if old is None else cast(int | None, old["tip_seq"]) or 0
+        out.append(
+            {
+                "author": key[0],
+                "log_id": key[1],
+                "is_schema": summary.is_schema,
+                "ref_schema_id": ref_id,
+                "ref_version": ref_version,
+                "ref_hash": ref_hash,
+                **dict(zip(DECIDED_COLUMNS, decided, strict=True)),
+                "tip_seq": tip_seq,
+                "tip_ended": where["tip_ended"],
+                "clean": where["clean"] if new is None else new["held"] == 0,
+                "schema": schema,
+                "is_schema_log": schema_id_of(key) == schema,
+                "waits": waits(plan[key]),
+                "touched": new is not None,
+                "changed": old is not None and decided != _decided(old),
+                "grew": new is not None and tip_seq > before,
+                "held": 0 if new is None else new["held"],
+                "unexplained": 0 if new is None else new["unexplained"],
+                "batch_sums": None if new is None else new["batch_sums"],
+            }
+        )
+    return out
+
+
+def _key(row: Row) -> LogKey:
+    return cast(bytes, row["author"]), cast(int, row["log_id"])
+
+
+def _summary(row: Row) -> LogSummary:
+    ref = ref_from_columns(
+        cast(str | None, row["ref_schema_id"]),
+        cast(int | None, row["ref_version"]),
+        cast(bytes | None, row["ref_hash"]),
+    )
+    return LogSummary(bool(row["is_schema"]), ref)
+
+
+def _decided(row: Row) -> tuple[object, ...]:
+    return tuple(row[name] for name in DECIDED_COLUMNS)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanTotals:
+    """What the sequence needs of the planned logs: how many (chained or kept), the
+    chain step's counts of entries held and of accepted ones not explained, how many
+    chained logs the index accounts for (`waiting`), whether a kept plan changed and
+    whether a tip moved, and the sums of the layer the chained logs' messages make
+    (`digests.sums_of_layer`)."""
+
+    logs: int = 0
+    held: int = 0
+    waiting: int = 0
+    unexplained: int = 0
+    changed: bool = False
+    grew: bool = False
+    sums: LayerSums = field(default_factory=list)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            [
+                self.logs,
+                self.held,
+                self.waiting,
+                self.unexplained,
+                self.changed,
+                self.grew,
+                self.sums,
+            ]
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> PlanTotals:
+        logs, held, waiting_, unexplained, changed, grew, sums = json.loads(text)
+        rows = [(s, bool(a), int(b), int(c), int(d)) for s, a, b, c, d in sums]
+        return cls(logs, held, waiting_, unexplained, changed, grew, rows)
+
+
+def plan_totals(rows: Iterable[Row]) -> PlanTotals:
+    """The `PlanTotals` of some planned logs (`PLANNED_ARROW` rows)."""
+    logs = held = waiting = unexplained = 0
+    changed = grew = False
+    by_log: list[tuple[str, bool, dict[int, tuple[int, int]]]] = []
+    for row in rows:
+        logs += 1
+        held += cast(int, row["held"])
+        if row["touched"] and row["waits"] is not None:
+            waiting += 1
+        unexplained += cast(int, row["unexplained"])
+        changed = changed or bool(row["changed"])
+        grew = grew or bool(row["grew"])
+        if row["batch_sums"] is not None:
+            assigned = row["assignment"] == LogAssignment.ASSIGNED.value
+            sums = {b: (count, bits) for b, count, bits in json.loads(cast(str, row["batch_sums"]))}
+            by_log.append((cast(str, row["schema"]), assigned, sums))
+    return PlanTotals(logs, held, waiting, unexplained, changed, grew, sums_of_layer(by_log))
+
+
+def added_totals(parts: Iterable[PlanTotals]) -> PlanTotals:
+    """The totals of the planned logs of several parts (a Spark task's each)."""
+    parts = list(parts)
+    return PlanTotals(
+        sum(part.logs for part in parts),
+        sum(part.held for part in parts),
+        sum(part.waiting for part in parts),
+        sum(part.unexplained for part in parts),
+        any(part.changed for part in parts),
+        any(part.grew for part in parts),
+        merged_sums(part.sums for part in parts),
     )
 
 
-def log_rows(summaries: dict[LogKey, LogSummary], catalog: Catalog) -> list[tuple[object, ...]]:
-    """The rows of the logs table for these summaries (where the logs stand not known:
-    the next index step chains them all)."""
-    unknown: tuple[object, ...] = (None, None, None)
-    logs = {key: (summary, unknown) for key, summary in summaries.items()}
-    return log_rows_with_tips(logs, plan_logs(summaries, catalog, catalog.order()))
-
-
-def log_rows_with_tips(
-    logs: dict[LogKey, tuple[LogSummary, tuple[object, ...]]], plan: LogPlan
-) -> list[tuple[object, ...]]:
-    """Logs rows (`store.logs.LOG_COLUMNS`) for these logs: (summary, (tip seq, ended,
-    all accepted))."""
-    rows: list[tuple[object, ...]] = []
-    for key, (summary, tip) in logs.items():
-        rows.append(
-            (
-                key[0],
-                key[1],
-                summary.is_schema,
-                *ref_columns(summary.first_ref),
-                *decided_columns(plan[key]),
-                *tip,
-            )
-        )
-    return rows
+def waits(fate: tuple[str, LogAssignment, Pending | None]) -> str | None:
+    """How the index accounts for the entries of a log with this plan, if it does
+    (`accounts.pending_group`): a duplicate log's, and those of a log that waits. None:
+    a schema build reduces them."""
+    _, kind, why = fate
+    if kind is LogAssignment.DUPLICATE:
+        return LogAssignment.DUPLICATE.value
+    return None if why is None else LogAssignment.PENDING.value

@@ -17,26 +17,32 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 from decimal import Decimal
+from functools import partial
+from typing import cast
 
 import psycopg
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from p2panda_assets.engine.corpus import LogKey
+from p2panda_assets.engine.corpus import Catalog, LogKey
+from p2panda_assets.engine.relations import BuildOrder
 from p2panda_assets.pipeline.columnar.arrow_io import driver_path_entries, readable
 from p2panda_assets.pipeline.columnar.layers import merge_chained, read_layers, write_chained
 from p2panda_assets.pipeline.columnar.warehouse import Warehouse, remove
-from p2panda_assets.pipeline.index import chaining
-from p2panda_assets.pipeline.index.accounts import ACCOUNT_ARROW, decimal_log_ids, pending_group
+from p2panda_assets.pipeline.index.accounts import ACCOUNT_ARROW, pending_group
 from p2panda_assets.pipeline.index.chaining import (
     accepted_entries,
     chain_in_driver,
     chain_logs,
-    chained_logs,
     few_to_chain,
+    plan_in_spark,
     rows_to_chain,
+    schema_logs_in_spark,
     tips_frame,
+    totals_in_spark,
+    waiting_in_spark,
 )
 from p2panda_assets.pipeline.index.driver_path import (
     accepted_at_locally,
@@ -50,12 +56,19 @@ from p2panda_assets.pipeline.index.driver_path import (
     rows_of,
     write_chained_locally,
 )
-from p2panda_assets.pipeline.index.log_plan import LogPlan
+from p2panda_assets.pipeline.index.log_plan import (
+    CHAIN_LOG_INPUT,
+    PLANNED_ARROW,
+    WAITING_COLUMNS,
+    PlanTotals,
+    plan_author,
+    plan_totals,
+)
 from p2panda_assets.pipeline.index.sequence import IndexSteps, LogPosition
 from p2panda_assets.pipeline.index.verify import read_new_verified, read_verified
 from p2panda_assets.pipeline.kernels import declared
 from p2panda_assets.pipeline.kernels.batches import Row, map_groups_locally, python_rows
-from p2panda_assets.pipeline.kernels.chain import TIP_COLUMNS, ChainedLogs, chain_locally
+from p2panda_assets.pipeline.kernels.chain import TIP_COLUMNS, chain_locally
 from p2panda_assets.pipeline.kernels.declared import (
     CHAIN_ACCOUNT,
     CHAIN_ACCOUNTS,
@@ -70,11 +83,13 @@ from p2panda_assets.protocol.log import LogTip
 from p2panda_assets.statuses import BuildPath
 from p2panda_assets.store import pipeline_state as state_sql
 from p2panda_assets.store.copying import Target, copy_rows
+from p2panda_assets.store.logs import LOG_COLUMN_TYPES
 from p2panda_assets.store.staging import Stage
 
 # The index accounts as the driver path holds them (`ACCOUNT_TARGET_COLUMNS`), and none.
 ACCOUNT_ORIGIN_ARROW = pa.schema([*ACCOUNT_ARROW, pa.field("origin", pa.string())])
 NO_ACCOUNTS = ACCOUNT_ORIGIN_ARROW.empty_table()
+NO_PLANS = PLANNED_ARROW.empty_table()
 ACCOUNT_TARGET_COLUMNS = (*ACCOUNT_COLUMNS, ("origin", "text"))
 
 
@@ -121,14 +136,22 @@ class SparkIndexSteps(IndexSteps[DataFrame]):
         )
         return chain_logs(tipped, TIP_COLUMNS)
 
-    def found(self, chained: DataFrame) -> ChainedLogs:
-        return chained_logs(chained)
+    def schema_logs(self, chained: DataFrame, kept: set[LogKey]) -> dict[LogKey, bool]:
+        return schema_logs_in_spark(chained, kept)
+
+    def plan(
+        self, chained: DataFrame, stored: list[Row], catalog: Catalog, order: BuildOrder
+    ) -> DataFrame:
+        return plan_in_spark(self._spark, chained, stored, catalog, order)
+
+    def totals(self, planned: DataFrame) -> PlanTotals:
+        return totals_in_spark(planned)
 
     def accepted(self, verified: DataFrame, chained: DataFrame, held: int) -> DataFrame:
         return accepted_entries(verified, chained, held)
 
-    def write(self, accepted: DataFrame, plan: LogPlan, unexplained: int, few: bool) -> str:
-        return write_chained(self._spark, accepted, plan, self._warehouse, unexplained, few)
+    def write(self, accepted: DataFrame, planned: DataFrame, unexplained: int, few: bool) -> str:
+        return write_chained(accepted, planned, self._warehouse, unexplained, few)
 
     def merge(self, layers: Sequence[str]) -> str:
         return merge_chained(self._spark, layers, self._warehouse)
@@ -147,17 +170,18 @@ class SparkIndexSteps(IndexSteps[DataFrame]):
             result = result.unionByName(frame)
         return result
 
-    def pending(self, accepted: DataFrame, wanted: list[tuple[object, ...]]) -> DataFrame | None:
-        if not wanted:
-            return None
-        logs = local_frame(self._spark, decimal_log_ids(wanted), PENDING_DDL)
+    def pending(self, accepted: DataFrame, planned: DataFrame) -> DataFrame:
+        logs = waiting_in_spark(planned)
         items = accepted.select("author", "log_id", "seq", "hash", "payload", "message")
-        planned = items.join(F.broadcast(logs), ["author", "log_id"])
-        accounts = map_groups(planned, ("author", "log_id"), ("seq",), pending_group, ACCOUNT_ARROW)
+        joined = items.join(logs, ["author", "log_id"])
+        accounts = map_groups(joined, ("author", "log_id"), ("seq",), pending_group, ACCOUNT_ARROW)
         return accounts.withColumn("origin", F.lit("pending"))
 
     def copy_accounts(self, accounts: DataFrame, url: str, stage: Stage) -> None:
         copy_frame(accounts, url, Target.into(stage, ACCOUNT_TARGET_COLUMNS))
+
+    def copy_logs(self, planned: DataFrame, url: str, stage: Stage) -> None:
+        copy_frame(planned.filter("touched"), url, Target.into(stage, LOG_COLUMN_TYPES))
 
     def accepted_at(
         self, layers: Sequence[str], positions: list[LogPosition]
@@ -179,16 +203,12 @@ class SparkIndexSteps(IndexSteps[DataFrame]):
     def remove_run(self, run: str) -> None:
         remove(self._spark, self._warehouse.chained(run))
 
-    def release(self, chained: DataFrame) -> None:
-        chained.unpersist()
+    def release(self, frame: DataFrame) -> None:
+        frame.unpersist()
 
 
 ACCOUNT_DDL = (
     "hash binary, schema_id string, state string, reason string, message string, origin string"
-)
-PENDING_DDL = (
-    "author binary, log_id decimal(20,0), plan string, plan_schema string, "
-    "why_reason string, why_message string"
 )
 
 
@@ -218,18 +238,30 @@ class DriverIndexSteps(IndexSteps[pa.Table]):
         assert rows is not None
         return chain_locally(rows, tips)
 
-    def found(self, chained: pa.Table) -> ChainedLogs:
-        logs = chained.filter(expression(CHAIN_LOG))
-        rows = (row for batch in logs.to_batches() for row in python_rows(batch))
-        return chaining.chained_logs_of(rows)
+    def schema_logs(self, chained: pa.Table, kept: set[LogKey]) -> dict[LogKey, bool]:
+        logs = rows_of(chained.filter(expression(CHAIN_LOG)), ["author", "log_id", "is_schema"])
+        keys = {
+            (cast(bytes, r["author"]), cast(int, r["log_id"])): bool(r["is_schema"]) for r in logs
+        }
+        return {key: is_schema for key, is_schema in keys.items() if is_schema or key in kept}
+
+    def plan(
+        self, chained: pa.Table, stored: list[Row], catalog: Catalog, order: BuildOrder
+    ) -> pa.Table:
+        logs = rows_of(chained.filter(expression(CHAIN_LOG)), CHAIN_LOG_INPUT)
+        fn = partial(plan_author, catalog, order)
+        return map_groups_locally([*logs, *stored], ("author",), ("log_id",), fn, PLANNED_ARROW)
+
+    def totals(self, planned: pa.Table) -> PlanTotals:
+        return plan_totals(row for batch in planned.to_batches() for row in python_rows(batch))
 
     def accepted(self, verified: pa.Table, chained: pa.Table, held: int) -> pa.Table:
         return accepted_locally(verified, chained, held)
 
-    def write(self, accepted: pa.Table, plan: LogPlan, unexplained: int, few: bool) -> str:
+    def write(self, accepted: pa.Table, planned: pa.Table, unexplained: int, few: bool) -> str:
         run = secrets.token_hex(6)
         write_chained_locally(
-            decoded_locally(accepted, plan, unexplained), self._warehouse.chained(run)
+            decoded_locally(accepted, planned, unexplained), self._warehouse.chained(run)
         )
         return run
 
@@ -248,16 +280,14 @@ class DriverIndexSteps(IndexSteps[pa.Table]):
         )
         return pa.concat_tables([chain, schema, *([] if pending is None else [pending])])
 
-    def pending(self, accepted: pa.Table, wanted: list[tuple[object, ...]]) -> pa.Table | None:
-        if not wanted:
-            return None
-        plans = {(author, log_id): rest for author, log_id, *rest in wanted}
-        columns = ("plan", "plan_schema", "why_reason", "why_message")
+    def pending(self, accepted: pa.Table, planned: pa.Table) -> pa.Table:
+        waiting = planned.filter(pc.field("touched") & pc.field("waits").is_valid())
+        plans = {(row["author"], row["log_id"]): row for row in rows_of(waiting, WAITING_COLUMNS)}
         items = []
         for row in rows_of(accepted, ["author", "log_id", "seq", "hash", "payload", "message"]):
             plan = plans.get((row["author"], row["log_id"]))
             if plan is not None:
-                items.append({**row, **dict(zip(columns, plan, strict=True))})
+                items.append({**row, **plan})
         table = map_groups_locally(
             items, ("author", "log_id"), ("seq",), pending_group, ACCOUNT_ARROW
         )
@@ -265,11 +295,10 @@ class DriverIndexSteps(IndexSteps[pa.Table]):
         return table.append_column("origin", origin)
 
     def copy_accounts(self, accounts: pa.Table, url: str, stage: Stage) -> None:
-        columns = [
-            column.to_pylist() for column in accounts.select(ACCOUNT_ORIGIN_ARROW.names).columns
-        ]
-        with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
-            copy_rows(conn, Target.into(stage, ACCOUNT_TARGET_COLUMNS), zip(*columns, strict=True))
+        _copy_table(accounts, url, Target.into(stage, ACCOUNT_TARGET_COLUMNS))
+
+    def copy_logs(self, planned: pa.Table, url: str, stage: Stage) -> None:
+        _copy_table(planned.filter(pc.field("touched")), url, Target.into(stage, LOG_COLUMN_TYPES))
 
     def accepted_at(
         self, layers: Sequence[str], positions: list[LogPosition]
@@ -279,8 +308,15 @@ class DriverIndexSteps(IndexSteps[pa.Table]):
     def remove_run(self, run: str) -> None:
         remove_locally(self._warehouse.chained(run))
 
-    def release(self, chained: pa.Table) -> None:
+    def release(self, frame: pa.Table) -> None:
         return None
+
+
+def _copy_table(table: pa.Table, url: str, target: Target) -> None:
+    """The `target` columns of `table` into `target`, over a connection of their own."""
+    columns = [column.to_pylist() for column in table.select(list(target.columns)).columns]
+    with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
+        copy_rows(conn, target, zip(*columns, strict=True))
 
 
 def index_steps(

@@ -26,15 +26,10 @@ from p2panda_assets.engine.relations import BuildOrder
 from p2panda_assets.failpoints import Failpoint, failpoint
 from p2panda_assets.pipeline.columnar.layers import keep_layer_sums, read_layers
 from p2panda_assets.pipeline.columnar.warehouse import Warehouse
-from p2panda_assets.pipeline.index.accounts import schema_account_rows, waiting_logs
-from p2panda_assets.pipeline.index.log_plan import (
-    LogPlan,
-    decided_columns,
-    log_rows_with_tips,
-    plan_logs,
-)
+from p2panda_assets.pipeline.index.accounts import schema_account_rows
+from p2panda_assets.pipeline.index.log_plan import STORED, PlanTotals
 from p2panda_assets.pipeline.kernels.batches import Row
-from p2panda_assets.pipeline.kernels.chain import ChainedLogs, ref_from_columns
+from p2panda_assets.pipeline.kernels.chain import ref_columns, ref_from_columns
 from p2panda_assets.protocol.log import LogTip
 from p2panda_assets.statuses import BuildPath
 from p2panda_assets.store import pipeline_state as state_sql
@@ -75,7 +70,7 @@ class Whole:
     stored: Mapping[LogKey, StoredLog] = field(default_factory=dict)  # nothing to continue
     tips: Mapping[LogKey, LogTip] = field(default_factory=dict)
 
-    def writes(self, logs: Mapping[LogKey, tuple[LogSummary, tuple[object, ...]]]) -> bool:
+    def writes(self, totals: PlanTotals) -> bool:
         """Whether the step writes a layer: a whole step always writes its run."""
         return True
 
@@ -83,12 +78,11 @@ class Whole:
         assert run is not None  # a whole step always writes its run
         return (run,)
 
-    def commit(
-        self, conn: psycopg.Connection, rows: list[tuple[object, ...]], run: str | None
-    ) -> Callable[[Stage], None]:
+    def commit(self, conn: psycopg.Connection, run: str | None) -> Callable[[Stage, Stage], None]:
+        """How the step commits its staged accounts and logs rows."""
         assert run is not None
-        return lambda stage: state_sql.commit_index(
-            conn, rows, stage, run, self.fingerprint, self.state.batch
+        return lambda accounts, logs: state_sql.commit_index(
+            conn, logs, accounts, run, self.fingerprint, self.state.batch
         )
 
 
@@ -101,19 +95,20 @@ class Appended(Whole):
 
     everyone: bool = False
 
-    def writes(self, logs: Mapping[LogKey, tuple[LogSummary, tuple[object, ...]]]) -> bool:
-        """No layer without a message to hold (`_grew`)."""
-        return _grew(logs, self.stored)
+    def writes(self, totals: PlanTotals) -> bool:
+        """No layer without a message to hold: only if the chain accepted a new entry
+        (some log's tip moved). A registration alone brings none, and so do new entries
+        the chain rules all reject or hold: a layer of no message would have no file,
+        and reading the layers would fail."""
+        return totals.grew
 
     def layers(self, run: str | None) -> tuple[str, ...]:
         return self.state.layers if run is None else (*self.state.layers, run)
 
-    def commit(
-        self, conn: psycopg.Connection, rows: list[tuple[object, ...]], run: str | None
-    ) -> Callable[[Stage], None]:
+    def commit(self, conn: psycopg.Connection, run: str | None) -> Callable[[Stage, Stage], None]:
         layers = self.layers(run)
-        return lambda stage: state_sql.commit_appended(
-            conn, rows, stage, layers[1:], self.fingerprint, self.state.batch
+        return lambda accounts, logs: state_sql.commit_appended(
+            conn, logs, accounts, layers[1:], self.fingerprint, self.state.batch
         )
 
 
@@ -129,20 +124,18 @@ class StoredLog:
 
 
 def _every_log_when_the_catalog_may_change(
-    conn: psycopg.Connection, how: Whole, found: ChainedLogs
+    conn: psycopg.Connection, how: Whole, found: Mapping[LogKey, bool]
 ) -> Whole:
     """`how`, holding what was decided of every log of the store if the catalog may
     differ from the last step's: a schema log has new entries, or the schemas registered
     changed. Only then can what was decided of a log the new entries do not touch
     change; otherwise a log's plan depends on the catalog and on its author's other
     logs alone (`Catalog.assign`), and an append reads the logs of the authors it
-    touches, not a row per log of the store."""
+    touches, not a row per log of the store. `found`: the chained logs that are schema
+    logs by their new entries or by what was decided of them (`IndexSteps.schema_logs`)."""
     if not isinstance(how, Appended) or how.everyone:
         return how
-    schema_log_grew = any(summary.is_schema for summary, _ in found.logs.values()) or any(
-        how.stored[key].summary.is_schema for key in found.logs if key in how.stored
-    )
-    if schema_log_grew or state_sql.registered_since_indexed(conn, how.fingerprint):
+    if found or state_sql.registered_since_indexed(conn, how.fingerprint):
         return replace(how, stored=stored_logs(conn), everyone=True)
     return how
 
@@ -170,18 +163,31 @@ def stored_logs(
     return logs
 
 
-def _grew(
-    logs: Mapping[LogKey, tuple[LogSummary, tuple[object, ...]]],
-    stored: Mapping[LogKey, StoredLog],
-) -> bool:
-    """Whether the chain accepted a new entry: some log's tip moved. A registration
-    alone brings none, and so do new entries the chain rules all reject or hold: a
-    layer of no message would have no file, and reading the layers would fail."""
-    for key, (_, (tip_seq, _, _)) in logs.items():
-        before = stored.get(key)
-        if int(cast(Decimal, tip_seq)) > (before.tip_seq or 0 if before else 0):
-            return True
-    return False
+def stored_rows(stored: Mapping[LogKey, StoredLog]) -> list[Row]:
+    """What was decided of these logs, as `log_plan.plan_author` reads a kept logs row."""
+    rows: list[Row] = []
+    for (author, log_id), log in stored.items():
+        ref_id, ref_version, ref_hash = ref_columns(log.summary.first_ref)
+        schema_id, assignment, why_reason, why_message = log.decided
+        rows.append(
+            {
+                "row_type": STORED,
+                "author": author,
+                "log_id": log_id,
+                "is_schema": log.summary.is_schema,
+                "ref_schema_id": ref_id,
+                "ref_version": ref_version,
+                "ref_hash": ref_hash,
+                "schema_id": schema_id,
+                "assignment": assignment,
+                "why_reason": why_reason,
+                "why_message": why_message,
+                "tip_seq": log.tip_seq,
+                "tip_ended": log.tip_ended,
+                "clean": log.clean,
+            }
+        )
+    return rows
 
 
 class IndexSteps(ABC, Generic[FrameT]):
@@ -209,16 +215,30 @@ class IndexSteps(ABC, Generic[FrameT]):
         continued from its tip in `tips`: a row per log and per entry refused or held."""
 
     @abstractmethod
-    def found(self, chained: FrameT) -> ChainedLogs:
-        """What the chain step found, from its `log` rows."""
+    def schema_logs(self, chained: FrameT, kept: set[LogKey]) -> dict[LogKey, bool]:
+        """The chained logs that are schema logs by their new entries, or that `kept`
+        names (schema logs by what was decided of them): whether each is one by its new
+        entries. A few rows: the schema logs the step chained."""
+
+    @abstractmethod
+    def plan(
+        self, chained: FrameT, stored: list[Row], catalog: Catalog, order: BuildOrder
+    ) -> FrameT:
+        """The plans of the chained logs' authors' logs (`log_plan.plan_author`, by
+        author), with what was decided of those of them `stored` holds."""
+
+    @abstractmethod
+    def totals(self, planned: FrameT) -> PlanTotals:
+        """What the sequence needs of the `planned` logs (`log_plan.PlanTotals`)."""
 
     @abstractmethod
     def accepted(self, verified: FrameT, chained: FrameT, held: int) -> FrameT:
         """The entries of `verified` the chain rules accepted (`held`: how many not)."""
 
     @abstractmethod
-    def write(self, accepted: FrameT, plan: LogPlan, unexplained: int, few: bool) -> str:
-        """The accepted entries as a new chained run of the warehouse; its name."""
+    def write(self, accepted: FrameT, planned: FrameT, unexplained: int, few: bool) -> str:
+        """The accepted entries as a new chained run of the warehouse, each by its log's
+        plan in `planned`; its name."""
 
     @abstractmethod
     def merge(self, layers: Sequence[str]) -> str:
@@ -233,13 +253,18 @@ class IndexSteps(ABC, Generic[FrameT]):
         (`accounts.schema_account_rows`), and `pending`'s."""
 
     @abstractmethod
-    def pending(self, accepted: FrameT, wanted: list[tuple[object, ...]]) -> FrameT | None:
-        """The accounts of the entries of the logs `wanted` names
-        (`pipeline.index.accounts.pending_group`), None for no log."""
+    def pending(self, accepted: FrameT, planned: FrameT) -> FrameT:
+        """The accounts of the accepted entries of the `planned` logs the index accounts
+        for (`log_plan.waits`, `pipeline.index.accounts.pending_group`)."""
 
     @abstractmethod
     def copy_accounts(self, accounts: FrameT, url: str, stage: Stage) -> None:
         """`accounts` into the staging table `stage`."""
+
+    @abstractmethod
+    def copy_logs(self, planned: FrameT, url: str, stage: Stage) -> None:
+        """The logs rows (`store.logs.LOG_COLUMNS`) of the logs the step chained, of
+        `planned`, into the staging table `stage`."""
 
     @abstractmethod
     def accepted_at(
@@ -252,8 +277,8 @@ class IndexSteps(ABC, Generic[FrameT]):
         """Remove the chained run `run` (one this step wrote and did not commit)."""
 
     @abstractmethod
-    def release(self, chained: FrameT) -> None:
-        """Let go of what `chain` kept (Spark's persisted rows)."""
+    def release(self, frame: FrameT) -> None:
+        """Let go of what `chain` or `plan` kept (Spark's persisted rows)."""
 
     def whole(self, conn: psycopg.Connection, url: str, how: Whole, entries: int) -> IndexResult:
         """Chain every log of the store's `entries` good entries again, into one run."""
@@ -296,44 +321,48 @@ class IndexSteps(ABC, Generic[FrameT]):
     ) -> IndexResult | str:
         """The index step's one sequence, whole or appended (`how`): chain the `new`
         verified entries (from the logs' tips when appending), fold the schema logs, plan
-        every log, write the accepted messages as a layer, and commit the logs, the accounts
-        and the layers in one transaction. Why not, when appending would change what the
-        index decided of a log already indexed: only chaining every log again is exact then.
-        `held`: the new entries as rows, if the driver holds them."""
+        the logs by author (`log_plan.plan_author`), write the accepted messages as a
+        layer, and commit the logs, the accounts and the layers in one transaction. Why
+        not, when appending would change what the index decided of a log already indexed:
+        only chaining every log again is exact then. `held`: the new entries as rows, if
+        the driver holds them. Nothing here holds a row per chained log: the plans stay
+        on the path, and the sequence reads their `PlanTotals`."""
         chained = self.chain(new, held, dict(how.tips))
+        planned: FrameT | None = None
         try:
-            found = self.found(chained)
+            kept_schemas = {key for key, old in how.stored.items() if old.summary.is_schema}
+            found = self.schema_logs(chained, kept_schemas)
             how = _every_log_when_the_catalog_may_change(conn, how, found)
-            logs: dict[LogKey, tuple[LogSummary, tuple[object, ...]]] = {}
-            for key, (summary, tip) in found.logs.items():
-                before = how.stored.get(key)
-                logs[key] = (summary if before is None else before.summary, tip)
-            summaries = {key: old.summary for key, old in how.stored.items()}
-            summaries.update({key: summary for key, (summary, _) in logs.items()})
-            schema_keys = {key for key, summary in summaries.items() if summary.is_schema}
+            schema_keys = {key for key, old in how.stored.items() if old.summary.is_schema}
+            schema_keys.update(
+                k for k, is_schema in found.items() if is_schema and k not in how.stored
+            )
             if isinstance(how, Appended) and not how.everyone:
                 schema_keys.update(schema_logs(conn))  # the same catalog as the last step's
             catalog = load_catalog(conn, sorted(schema_keys), registered_schemas(conn))
             order = catalog.order()
-            plan = plan_logs(summaries, catalog, order)
-            if any(decided_columns(plan[key]) != old.decided for key, old in how.stored.items()):
+            planned = self.plan(chained, stored_rows(how.stored), catalog, order)
+            totals = self.totals(planned)
+            if totals.changed:
                 return CATALOG_CHANGED
-            accepted = self.accepted(new, chained, found.held)
+            accepted = self.accepted(new, chained, totals.held)
             run: str | None = None
-            if how.writes(logs):
-                run = self.write(accepted, plan, found.unexplained, held is not None)
+            if how.writes(totals):
+                run = self.write(accepted, planned, totals.unexplained, held is not None)
             layers = how.layers(run)
-            accounts = self._accounts(chained, accepted, catalog, plan)
-            log_rows = log_rows_with_tips(logs, plan)
-            self.commit(conn, url, accounts, run, how.commit(conn, log_rows, run))
+            pending = self.pending(accepted, planned) if totals.waiting else None
+            accounts = self.accounts(chained, pending, schema_account_rows(catalog))
+            self.commit(conn, url, accounts, planned, run, how.commit(conn, run))
             if run is not None:
-                keep_layer_sums(conn, run, layers, plan, found.sums)
+                keep_layer_sums(conn, run, layers, totals.sums)
         finally:
             self.release(chained)
+            if planned is not None:
+                self.release(planned)
         everyone = not isinstance(how, Appended) or how.everyone
         return IndexResult(
             0,
-            len(summaries) if everyone else state_sql.count_logs(conn),
+            totals.logs if everyone else state_sql.count_logs(conn),
             catalog,
             order,
             how.warehouse,
@@ -343,32 +372,27 @@ class IndexSteps(ABC, Generic[FrameT]):
             path=self.path,
         )
 
-    def _accounts(
-        self, chained: FrameT, accepted: FrameT, catalog: Catalog, plan: LogPlan
-    ) -> FrameT:
-        """The accounts the index decides: chain rules, schema log entries, and the logs
-        no schema build will reduce (their schema cannot be determined, is not built, or
-        the author has a lower log for it)."""
-        pending = self.pending(accepted, waiting_logs(plan))
-        return self.accounts(chained, pending, schema_account_rows(catalog))
-
     def commit(
         self,
         conn: psycopg.Connection,
         url: str,
         accounts: FrameT,
+        planned: FrameT,
         run: str | None,
-        settle: Callable[[Stage], None],
+        settle: Callable[[Stage, Stage], None],
     ) -> None:
-        """Stage the index accounts, then `settle` them with the rest of the step in one
-        transaction; on any failure, drop the stage and the chained run this step wrote."""
-        stage = stage_table(conn, "accounts", secrets.token_hex(6))
+        """Stage the index accounts and the chained logs' rows, then `settle` them with the
+        rest of the step in one transaction; on any failure, drop the stages and the
+        chained run this step wrote."""
+        token = secrets.token_hex(6)
+        stages = [stage_table(conn, "accounts", token), stage_table(conn, "logs", token)]
         try:
-            self.copy_accounts(accounts, url, stage)
+            self.copy_accounts(accounts, url, stages[0])
+            self.copy_logs(planned, url, stages[1])
             failpoint(Failpoint.INDEXED)
-            settle(stage)
+            settle(stages[0], stages[1])
         except BaseException:
-            drop_tables(conn, [stage])
+            drop_tables(conn, stages)
             if run is not None:
                 self.remove_run(run)
             raise

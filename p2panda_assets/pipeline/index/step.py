@@ -41,6 +41,7 @@ from p2panda_assets.pipeline.columnar.warehouse import Warehouse
 from p2panda_assets.pipeline.index.layer_merge import merge_small_layers
 from p2panda_assets.pipeline.index.paths import (
     NO_ACCOUNTS,
+    NO_PLANS,
     DriverIndexSteps,
     SparkIndexSteps,
     index_steps,
@@ -115,8 +116,11 @@ def _run_index(
             conn,
             url,
             NO_ACCOUNTS,
+            NO_PLANS,
             None,
-            lambda stage: state_sql.commit_index(conn, [], stage, None, fingerprint, 0),
+            lambda accounts, logs: state_sql.commit_index(
+                conn, logs, accounts, None, fingerprint, 0
+            ),
         )
         return IndexResult(verified, 0, catalog, catalog.order(), warehouse, (), fingerprint)
     result = _append_index(spark, conn, url, warehouse, state, fingerprint, good)

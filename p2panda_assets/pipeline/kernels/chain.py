@@ -2,16 +2,14 @@
 them: `chain_group` puts a log through the engine's `chain_entries` and gives back its
 summary row, where it now stands (its tip) and an account per entry the rules reject or
 hold; `chain_locally` does it for rows the process holds, `index.chaining.chain_logs`
-for a Spark frame. Also the columns chaining reads and writes, and the chained log
-rebuilt from a summary row (`chained_logs_of`)."""
+for a Spark frame. Also the columns chaining reads and writes; `index.log_plan` plans
+the logs from their summary rows."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, cast
+from typing import cast
 
 import pyarrow as pa
 
@@ -20,7 +18,6 @@ from p2panda_assets.engine.corpus import (
     ChainedLog,
     LogItem,
     LogKey,
-    LogSummary,
     chain_entries,
     log_summary,
 )
@@ -29,7 +26,7 @@ from p2panda_assets.pipeline.kernels.batches import (
     arrow_schema,
     map_groups_locally,
 )
-from p2panda_assets.pipeline.kernels.digests import LogSums, entry_bits
+from p2panda_assets.pipeline.kernels.digests import entry_bits
 from p2panda_assets.pipeline.kernels.packed import message_of
 from p2panda_assets.protocol.entry import decode_entry
 from p2panda_assets.protocol.ids import parse_schema_id
@@ -220,19 +217,6 @@ def items_log(rows: list[Row]) -> ChainedLog:
     return ChainedLog(author, log_id, items, {})
 
 
-def summary_of(row: dict[str, Any]) -> tuple[LogKey, LogSummary]:
-    """A collected `log` row back as (log key, summary)."""
-    ref = ref_from_columns(row["ref_schema_id"], row["ref_version"], row["ref_hash"])
-    return (bytes(row["author"]), int(row["log_id"])), LogSummary(bool(row["is_schema"]), ref)
-
-
-def log_of(row: Mapping[str, Any]) -> tuple[LogKey, LogSummary, tuple[object, ...]]:
-    """A `log` row back as (log key, summary, (tip seq, ended, clean)): a log is clean
-    when the chain rules held none of its entries."""
-    key, summary = summary_of(dict(row))
-    return key, summary, (row["tip_seq"], row["tip_ended"], row["held"] == 0)
-
-
 # The columns `tips_frame` joins to a continued log's new entries.
 TIP_COLUMNS = ("tip_seq", "tip_ended", "tip_hashes")
 
@@ -250,30 +234,3 @@ def chain_locally(rows: list[Row], tips: dict[LogKey, LogTip]) -> pa.Table:
         if tip is not None:
             row.update(zip(TIP_COLUMNS, tip_columns(tip), strict=True))
     return map_groups_locally(rows, ("author", "log_id"), ("seq",), chain_group, CHAIN_ARROW)
-
-
-@dataclass(frozen=True, slots=True)
-class ChainedLogs:
-    """Every chained log's summary and where it stands (tip seq, ended, clean); how many
-    entries the chain rules rejected or hold, and how many accepted ones do not decode
-    and come from batches that did not keep why (`with_decode_errors`), in all; and each
-    log's accepted entries summed by batch."""
-
-    logs: dict[LogKey, tuple[LogSummary, tuple[object, ...]]]
-    held: int
-    unexplained: int
-    sums: dict[LogKey, LogSums]
-
-
-def chained_logs_of(log_rows: Iterable[Mapping[str, Any]]) -> ChainedLogs:
-    """`ChainedLogs` from the chain step's `log` rows (Spark's, or the driver's)."""
-    logs: dict[LogKey, tuple[LogSummary, tuple[object, ...]]] = {}
-    sums: dict[LogKey, LogSums] = {}
-    held = unexplained = 0
-    for row in log_rows:
-        key, summary, tip = log_of(row)
-        logs[key] = (summary, tip)
-        held += int(row["held"])
-        unexplained += int(row["unexplained"])
-        sums[key] = {b: (count, bits) for b, count, bits in json.loads(row["batch_sums"])}
-    return ChainedLogs(logs, held, unexplained, sums)
