@@ -123,15 +123,22 @@ def replace_logs(conn: psycopg.Connection, logs: Stage) -> None:
         conn.execute("UPDATE p2panda.pipeline_state SET logs_count = %s WHERE id = 1", (count,))
 
 
-def stored_logs(
-    conn: psycopg.Connection, authors: Collection[bytes] | None = None
-) -> list[tuple[object, ...]]:
-    """Every logs row (`LOG_COLUMNS`), or those of `authors`' logs (by the primary key)."""
+def stored_logs(conn: psycopg.Connection, authors: Collection[bytes]) -> list[tuple[object, ...]]:
+    """The logs rows (`LOG_COLUMNS`) of `authors`' logs (by the primary key)."""
     columns = sql.SQL(", ").join(map(sql.Identifier, LOG_COLUMNS))
-    if authors is None:
-        return conn.execute(sql.SQL("SELECT {} FROM p2panda.logs").format(columns)).fetchall()
     statement = sql.SQL("SELECT {} FROM p2panda.logs WHERE author = ANY(%s)").format(columns)
     return conn.execute(statement, (list(authors),)).fetchall()
+
+
+def kept_plans(conn: psycopg.Connection) -> list[tuple[object, ...]]:
+    """Each distinct (schema reference, decision) the logs table keeps of its instance
+    logs: (ref schema id, ref version, ref hash, schema id, assignment, why reason, why
+    message). As many as the store's distinct references and their fates, not its logs;
+    one scan of the logs table (~0.1 s at 500,000 logs)."""
+    return conn.execute(
+        "SELECT DISTINCT ref_schema_id, ref_version, ref_hash, schema_id, assignment,"
+        " why_reason, why_message FROM p2panda.logs WHERE NOT is_schema"
+    ).fetchall()
 
 
 LogPosition = tuple[bytes, int, int]  # author, log id, seq num

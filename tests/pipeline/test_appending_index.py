@@ -3,6 +3,8 @@ whichever it does, the tables and accounts equal `reduce_corpus` of the whole st
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 
 from p2panda_assets.engine.corpus import reduce_corpus
@@ -239,8 +241,9 @@ def test_a_forged_entry_at_a_tips_seq_is_told_apart_by_the_layers(
 def test_an_append_reads_the_logs_of_the_authors_it_touches(spark, session_database, monkeypatch):
     """An instance entry: only its author's logs are read from the logs table (the plan
     of a log depends on the catalog and its author's other logs). A new schema version
-    may change what was decided of any log: then every log is read. The tables equal the
-    engine's either way (`run_parts`)."""
+    may change what was decided of any log: then the decisions the logs table keeps are
+    read by reference (`kept_plans`), never every log. The tables equal the engine's
+    either way (`run_parts`)."""
     corpus, schema = notes()
     mary, bob = instances(corpus.author(2), 1), instances(corpus.author(3), 1)
     mary.create(schema.ref(), title="a")
@@ -250,18 +253,27 @@ def test_an_append_reads_the_logs_of_the_authors_it_touches(spark, session_datab
     second = len(corpus.pairs)
     schema.migrate(create_field("body", "text", default=""))
     read: list[object] = []
-    stored_logs = state_sql.stored_logs
+    stored_logs, kept_plans = state_sql.stored_logs, state_sql.kept_plans
 
-    def spying(conn, authors=None):
-        read.append(None if authors is None else sorted(authors))
+    def spying(conn, authors):
+        read.append(sorted(authors))
         return stored_logs(conn, authors)
 
+    def kept(conn):
+        plans = kept_plans(conn)
+        read.append(plans)
+        return plans
+
     monkeypatch.setattr(state_sql, "stored_logs", spying)
+    monkeypatch.setattr(state_sql, "kept_plans", kept)
     parts = [list(range(first)), list(range(first, second)), list(range(second, len(corpus.pairs)))]
     assert run_parts(spark, session_database, corpus, parts, [schema.schema_id]) == [0, 1, 2]
     mary_key = corpus.author(2).key_pair.public_key
     schema_owner = corpus.author(1).key_pair.public_key
-    assert read == [[mary_key], [schema_owner], None]
+    assert read[:2] == [[mary_key], [schema_owner]]
+    plans = cast(list[tuple[object, ...]], read[2])  # one reference, one fate, for both logs
+    assert [plan[3:] for plan in plans] == [(schema.schema_id, "assigned", None, None)]
+    assert len(read) == 3
 
 
 def test_an_index_step_that_chains_every_log_again_says_why(spark, session_database):

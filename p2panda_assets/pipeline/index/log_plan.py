@@ -68,6 +68,33 @@ def decided_columns(fate: tuple[str, LogAssignment, Pending | None]) -> tuple[ob
     )
 
 
+def changes_a_kept_plan(
+    kept: Iterable[tuple[object, ...]], catalog: Catalog, order: BuildOrder
+) -> bool:
+    """Whether this catalog decides some instance log otherwise than the logs table
+    keeps, from the distinct (schema reference, decision) pairs it keeps of them
+    (`store.pipeline_state.kept_plans`), not a row per log.
+
+    A log's plan depends on what its reference resolves to, on whether that schema is
+    built, and on its author's lower logs resolving to the same schema (`Catalog.assign`).
+    So no plan changes unless some resolution or some assigned log's built state does,
+    and each such change shows on a pair it holds: a log assigned or waiting is planned
+    again as if its author had no other log; a duplicate log must still resolve to the
+    schema it duplicates (whether that schema is built does not matter to it)."""
+    alone = (b"", 0)
+    for ref_id, ref_version, ref_hash, *decided in kept:
+        ref = ref_from_columns(
+            cast(str | None, ref_id), cast(int | None, ref_version), cast(bytes | None, ref_hash)
+        )
+        fate = plan_logs({alone: LogSummary(False, ref)}, catalog, order)[alone]
+        if decided[1] == LogAssignment.DUPLICATE.value:
+            if fate[1] is not LogAssignment.ASSIGNED or fate[0] != decided[0]:
+                return True
+        elif decided_columns(fate) != tuple(decided):
+            return True
+    return False
+
+
 # What `plan_author` reads: a `log` row of the chain step (`row_type` "log": the log's
 # summary from its new entries, where it now stands, `held`, `unexplained`, `batch_sums`)
 # or a logs row of a log indexed before (`row_type` "stored": `LOG_COLUMNS`).

@@ -14,7 +14,7 @@ from __future__ import annotations
 import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Generic, TypeVar, cast
 
@@ -27,7 +27,7 @@ from p2panda_assets.failpoints import Failpoint, failpoint
 from p2panda_assets.pipeline.columnar.layers import keep_layer_sums, read_layers
 from p2panda_assets.pipeline.columnar.warehouse import Warehouse
 from p2panda_assets.pipeline.index.accounts import schema_account_rows
-from p2panda_assets.pipeline.index.log_plan import STORED, PlanTotals
+from p2panda_assets.pipeline.index.log_plan import STORED, PlanTotals, changes_a_kept_plan
 from p2panda_assets.pipeline.kernels.batches import Row
 from p2panda_assets.pipeline.kernels.chain import ref_columns, ref_from_columns
 from p2panda_assets.protocol.log import LogTip
@@ -90,10 +90,7 @@ class Whole:
 class Appended(Whole):
     """An index step that continues the logs the new batches touch from their tips
     (`tips`) and adds a layer on top of the store's (none if no log grew). `stored`:
-    what was decided of every log of the authors the new entries touch; of every log
-    of the store once `everyone` (`_every_log_when_the_catalog_may_change`)."""
-
-    everyone: bool = False
+    what was decided of every log of the authors the new entries touch."""
 
     def writes(self, totals: PlanTotals) -> bool:
         """No layer without a message to hold: only if the chain accepted a new entry
@@ -123,27 +120,30 @@ class StoredLog:
     clean: bool
 
 
-def _every_log_when_the_catalog_may_change(
-    conn: psycopg.Connection, how: Whole, found: Mapping[LogKey, bool]
-) -> Whole:
-    """`how`, holding what was decided of every log of the store if the catalog may
-    differ from the last step's: a schema log has new entries, or the schemas registered
-    changed. Only then can what was decided of a log the new entries do not touch
-    change; otherwise a log's plan depends on the catalog and on its author's other
-    logs alone (`Catalog.assign`), and an append reads the logs of the authors it
-    touches, not a row per log of the store. `found`: the chained logs that are schema
-    logs by their new entries or by what was decided of them (`IndexSteps.schema_logs`)."""
-    if not isinstance(how, Appended) or how.everyone:
-        return how
+def _changes_a_kept_plan(
+    conn: psycopg.Connection,
+    how: Whole,
+    found: Mapping[LogKey, bool],
+    catalog: Catalog,
+    order: BuildOrder,
+) -> bool:
+    """Whether appending would change what was decided of a log the new entries do not
+    touch: only if the catalog may differ from the last step's (a schema log has new
+    entries, or the schemas registered changed), and then by the decisions the logs
+    table keeps, summed up by reference (`log_plan.changes_a_kept_plan`). Otherwise a
+    log's plan depends on its author's other logs alone (`Catalog.assign`), and an
+    append plans the logs of the authors it touches, not a row per log of the store.
+    `found`: the chained logs that are schema logs by their new entries or by what was
+    decided of them (`IndexSteps.schema_logs`)."""
+    if not isinstance(how, Appended):
+        return False
     if found or state_sql.registered_since_indexed(conn, how.fingerprint):
-        return replace(how, stored=stored_logs(conn), everyone=True)
-    return how
+        return changes_a_kept_plan(state_sql.kept_plans(conn), catalog, order)
+    return False
 
 
-def stored_logs(
-    conn: psycopg.Connection, authors: Collection[bytes] | None = None
-) -> dict[LogKey, StoredLog]:
-    """What was decided of every log (of `authors`' logs, if given)."""
+def stored_logs(conn: psycopg.Connection, authors: Collection[bytes]) -> dict[LogKey, StoredLog]:
+    """What was decided of every log of `authors`."""
     logs: dict[LogKey, StoredLog] = {}
     for row in state_sql.stored_logs(conn, authors):
         author, log_id, is_schema, ref_id, ref_version, ref_hash = row[:6]
@@ -332,15 +332,15 @@ class IndexSteps(ABC, Generic[FrameT]):
         try:
             kept_schemas = {key for key, old in how.stored.items() if old.summary.is_schema}
             found = self.schema_logs(chained, kept_schemas)
-            how = _every_log_when_the_catalog_may_change(conn, how, found)
-            schema_keys = {key for key, old in how.stored.items() if old.summary.is_schema}
-            schema_keys.update(
+            schema_keys = kept_schemas | {
                 k for k, is_schema in found.items() if is_schema and k not in how.stored
-            )
-            if isinstance(how, Appended) and not how.everyone:
+            }
+            if isinstance(how, Appended):
                 schema_keys.update(schema_logs(conn))  # the same catalog as the last step's
             catalog = load_catalog(conn, sorted(schema_keys), registered_schemas(conn))
             order = catalog.order()
+            if _changes_a_kept_plan(conn, how, found, catalog, order):
+                return CATALOG_CHANGED
             planned = self.plan(chained, stored_rows(how.stored), catalog, order)
             totals = self.totals(planned)
             if totals.changed:
@@ -359,10 +359,9 @@ class IndexSteps(ABC, Generic[FrameT]):
             self.release(chained)
             if planned is not None:
                 self.release(planned)
-        everyone = not isinstance(how, Appended) or how.everyone
         return IndexResult(
             0,
-            totals.logs if everyone else state_sql.count_logs(conn),
+            state_sql.count_logs(conn) if isinstance(how, Appended) else totals.logs,
             catalog,
             order,
             how.warehouse,
