@@ -15,6 +15,10 @@ chained layers the store holds after it, so a sample that crossed the layer limi
 (`PipelineTuning.max_layers`) shows.
 
     .venv/bin/python bench/store_latency.py [--entries 1000000] [--samples 24] [--authors 1000]
+    .venv/bin/python bench/store_latency.py --rate 20 --seconds 60
+
+`--rate N --seconds S` streams N entries a second for S seconds instead (as
+bench/latency.py does into an empty store), each timed until it is carried.
 
 The last line printed is JSON: `median_latency_s`, `p95_latency_s`, `max_latency_s`, the
 samples with their phases and layers, and how the store was built.
@@ -28,6 +32,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -191,6 +196,111 @@ def measure(entries: int, samples: int, seed: int, workers: int, authors: int) -
     }
 
 
+def carried_all(run: DaemonScenario, pending: dict[bytes, tuple[bytes, str]]) -> set[bytes]:
+    """Which of the `pending` entries (hash -> payload, schema id) are carried, as
+    `carried` says of one: the accounts asked once, each schema's table once (a delete's
+    instance one query each)."""
+    done: set[bytes] = set()
+    with connect(run.url, autocommit=True) as conn:
+        states = conn.execute(
+            "SELECT hash, state FROM p2panda.accounts WHERE hash = ANY(%s)", (list(pending),)
+        ).fetchall()
+        applied: dict[str, list[bytes]] = {}
+        for entry_hash, state in states:
+            if state != "applied":
+                done.add(bytes(entry_hash))
+            else:
+                applied.setdefault(pending[bytes(entry_hash)][1], []).append(bytes(entry_hash))
+        for schema_id, hashes in applied.items():
+            table = table_identifier(table_name_for(schema_id))
+            shown = sql.SQL("SELECT _entry FROM {} WHERE _entry = ANY(%s)").format(table)
+            rows = conn.execute(shown, ([h.hex() for h in hashes],))
+            done.update(bytes.fromhex(row[0]) for row in rows)
+            gone = sql.SQL("SELECT count(*) = 0 FROM {} WHERE _instance_id = %s").format(table)
+            for entry_hash in hashes:
+                kind, *_, instance = indexed_message(pending[entry_hash][0])[0]
+                if kind == "delete":
+                    row = conn.execute(gone, (bytes(instance).hex(),)).fetchone()
+                    if row and row[0]:
+                        done.add(entry_hash)
+    return done
+
+
+class Watcher:
+    """Sweeps the entries ingested so far (`carried_all`) every 0.2 s; when each was
+    first seen carried."""
+
+    def __init__(self, run: DaemonScenario, plan: list[tuple[bytes, bytes, str]]) -> None:
+        self.run = run
+        self.plan = {decode_entry(e).hash: (p, schema_id) for e, p, schema_id in plan}
+        self.ingested: set[bytes] = set()
+        self.seen: dict[bytes, float] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._sweep, daemon=True)
+
+    def _sweep(self) -> None:
+        while not self.stop.is_set():
+            now = time.time()
+            left = {h: self.plan[h] for h in list(self.ingested) if h not in self.seen}
+            if left:
+                self.seen.update((h, now) for h in carried_all(self.run, left))
+            time.sleep(0.2)
+
+
+def stream(
+    entries: int, rate: float, seconds: float, seed: int, workers: int, authors: int
+) -> dict[str, object]:
+    """`rate` entries a second for `seconds` into a deployment whose store holds the
+    corpus: the newest entry of as many instance logs, spread over the schemas, each
+    timed from its ingest until it is carried (`carried_all`, swept every 0.2 s)."""
+    count = max(1, round(rate * seconds))
+    path, _, _ = generate(entries, seed, workers, authors)
+    store, later, _ = split_for_increment(path, count + 1)
+    held = arriving(later)
+    with scenario() as run:
+        built = build_store(run, store)
+        print(f"store: {built}", flush=True)
+        run.start_daemon()
+        warm = one_sample(run, *held[0], timeout=900)
+        print(f"warm-up: {warm}", flush=True)
+        plan = held[1:]
+        watcher = Watcher(run, plan)
+        watcher.thread.start()
+        ingested: list[float] = []
+        with connect(run.url, autocommit=True) as conn:
+            begin = time.time()
+            for k, (entry, payload, _) in enumerate(plan):
+                time.sleep(max(0.0, begin + k / rate - time.time()))
+                ingest(conn, [(entry, payload)])
+                ingested.append(time.time())
+                watcher.ingested.add(decode_entry(entry).hash)
+        behind = ingested[-1] - (begin + (count - 1) / rate)
+        deadline = time.time() + 900
+        while len(watcher.seen) < count and time.time() < deadline:
+            time.sleep(0.2)
+        watcher.stop.set()
+        watcher.thread.join()
+        if len(watcher.seen) < count:
+            raise TimeoutError(f"{count - len(watcher.seen)} of {count} not carried after 900 s")
+    shutil.rmtree(run.home, ignore_errors=True)
+    hashes = [decode_entry(entry).hash for entry, _, _ in plan]
+    latencies = [watcher.seen[h] - at for h, at in zip(hashes, ingested, strict=True)]
+    ordered = sorted(latencies)
+    return {
+        "entries": entries,
+        "authors": authors,
+        "store": built,
+        "rate_per_s": rate,
+        "seconds": seconds,
+        "streamed": count,
+        "ingest_behind_schedule_s": round(behind, 2),
+        "last_latency_s": round(latencies[-1], 2),
+        "median_latency_s": round(ordered[len(ordered) // 2], 2),
+        "p95_latency_s": round(percentile(ordered, 0.95), 2),
+        "max_latency_s": round(ordered[-1], 2),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--entries", type=int, default=1_000_000)
@@ -198,8 +308,15 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--authors", type=int, default=AUTHORS, help="of the instance logs")
+    parser.add_argument("--rate", type=float, help="entries a second, streamed (with --seconds)")
+    parser.add_argument("--seconds", type=float, default=60.0, help="how long --rate streams")
     args = parser.parse_args()
-    figures = measure(args.entries, args.samples, args.seed, args.workers, args.authors)
+    if args.rate:
+        figures = stream(
+            args.entries, args.rate, args.seconds, args.seed, args.workers, args.authors
+        )
+    else:
+        figures = measure(args.entries, args.samples, args.seed, args.workers, args.authors)
     print(json.dumps(figures))
 
 

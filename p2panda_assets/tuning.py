@@ -51,6 +51,7 @@ class PipelineTuning:
     driver_path_messages: int = 20_000  # -1: never
     verify_in_driver: int = 2_000  # new entries the driver verifies without a Spark job
     collect_chain_entries: int = 20_000  # entries to chain collected to Spark's driver
+    collect_plan_logs: int = 50_000  # chained logs planned in Spark's driver
     collect_cascade_rows: int = 200_000  # relation rows whose cascades settle collected
     # Spark's joins.
     literal_keys: int = 2_000  # keys a filter names as literals

@@ -86,9 +86,9 @@ def walk(tmp_path_factory: pytest.TempPathFactory) -> Walk:
     planned = steps.plan(chained, [], catalog, catalog.order())
     totals = steps.totals(planned)
     accepted = steps.accepted(verified, chained, totals.held)
-    pending = steps.pending(accepted, planned)
+    pending = steps.pending(accepted, planned, totals.waiting)
     accounts = steps.accounts(chained, pending, schema_account_rows(catalog))
-    run = steps.write(accepted, planned, totals.unexplained, True)
+    run = steps.write(accepted, planned, totals, True)
     handles = (verified, rows, chained, found, plan, planned, totals, catalog, accepted)
     return Walk(steps, warehouse, good, *handles, pending, accounts, run)
 

@@ -58,7 +58,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
     order = catalog.order()
     planned = steps.plan(chained, [], catalog, order)
     totals = steps.totals(planned)
-    run = steps.write(steps.accepted(verified, chained, totals.held), planned, 0, True)
+    run = steps.write(steps.accepted(verified, chained, totals.held), planned, totals, True)
     index = IndexResult(0, totals.logs, catalog, order, warehouse, (run,), "", batch=2)
     dataset = layers_dataset([warehouse.chained(run)])
     assert dataset is not None

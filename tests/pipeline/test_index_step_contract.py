@@ -10,7 +10,7 @@ driver), so the two implementations share nothing but the kernels."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import psycopg
@@ -34,6 +34,7 @@ from p2panda_assets.store.pipeline_state import PipelineState, pipeline_state
 from p2panda_assets.store.registry import register
 from p2panda_assets.store.staging import drop_tables, stage_table
 from p2panda_assets.testing.builder import CorpusBuilder, create_field, instances
+from p2panda_assets.tuning import PipelineTuning, tuned, tuning
 from tests.pipeline.test_pipeline_matches_engine import empty_store
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
@@ -105,6 +106,7 @@ class Walk:
     """Every handle one path gave back, step by step, as
     `pipeline.index.sequence.IndexSteps.index` asks for them."""
 
+    steps: IndexSteps[Any]
     verified: Any
     rows: list[Row] | None
     chained: Any
@@ -129,21 +131,33 @@ def walk(steps: IndexSteps, store: Store, spark_jobs: bool) -> Walk:
     planned = steps.plan(chained, [], catalog, order)
     totals = steps.totals(planned)
     accepted = steps.accepted(verified, chained, totals.held)
-    pending = steps.pending(accepted, planned)
+    pending = steps.pending(accepted, planned, totals.waiting)
     accounts = steps.accounts(chained, pending, schema_account_rows(catalog))
-    run = steps.write(accepted, planned, totals.unexplained, False)
+    run = steps.write(accepted, planned, totals, False)
     handles = (chained, found, catalog, planned, totals, accepted, pending, accounts, run)
-    return Walk(verified, rows, *handles)
+    return Walk(steps, verified, rows, *handles)
 
 
 @pytest.fixture(scope="module")
 def walks(spark: SparkSession, store: Store) -> dict[str, Walk]:
     spark_steps = SparkIndexSteps(spark, store.warehouse)
     driver_steps = DriverIndexSteps(store.warehouse)
+    with tuned(in_tasks()):
+        in_spark_tasks = walk(SparkIndexSteps(spark, store.warehouse), store, spark_jobs=True)
     return {
         "spark": walk(spark_steps, store, spark_jobs=True),
+        "spark tasks": in_spark_tasks,
         "driver": walk(driver_steps, store, spark_jobs=False),
     }
+
+
+# The Spark path: the logs planned in Spark's driver (a few), or in tasks with their plans
+# shuffled to the entries, not broadcast (`in_tasks`: what a store of many logs does).
+SPARK = ("spark", "spark tasks")
+
+
+def in_tasks() -> PipelineTuning:
+    return replace(tuning(), collect_plan_logs=0, broadcast_keys=0)
 
 
 def test_the_corpus_has_what_the_contract_needs(walks: dict[str, Walk]) -> None:
@@ -152,12 +166,15 @@ def test_the_corpus_has_what_the_contract_needs(walks: dict[str, Walk]) -> None:
     assert walks["driver"].totals.held == 2  # the two entries after the gap
     assert walks["driver"].totals.waiting  # the unregistered schema's log
     assert walks["driver"].found  # the schema logs
+    # the logs planned in Spark's driver, and in tasks (persisted for the later steps)
+    assert not walks["spark"].planned.is_cached and walks["spark tasks"].planned.is_cached
     assert walks["driver"].pending
     assert any(row["kind"] == "delete" for row in as_rows(walks["driver"].accepted))
 
 
 def test_verified_entries_are_the_same(walks: dict[str, Walk]) -> None:
-    assert as_rows(walks["spark"].verified) == as_rows(walks["driver"].verified)
+    for path in SPARK:
+        assert as_rows(walks[path].verified) == as_rows(walks["driver"].verified)
 
 
 def test_the_rows_to_chain_are_the_same(walks: dict[str, Walk]) -> None:
@@ -167,25 +184,30 @@ def test_the_rows_to_chain_are_the_same(walks: dict[str, Walk]) -> None:
 
 
 def test_chaining_finds_the_same_logs(walks: dict[str, Walk]) -> None:
-    assert walks["spark"].found == walks["driver"].found
-    assert as_rows(walks["spark"].chained) == as_rows(walks["driver"].chained)
+    for path in SPARK:
+        assert walks[path].found == walks["driver"].found
+        assert as_rows(walks[path].chained) == as_rows(walks["driver"].chained)
 
 
 def test_the_logs_are_planned_the_same(walks: dict[str, Walk]) -> None:
-    assert as_rows(walks["spark"].planned) == as_rows(walks["driver"].planned)
-    assert walks["spark"].totals == walks["driver"].totals
+    for path in SPARK:
+        assert as_rows(walks[path].planned) == as_rows(walks["driver"].planned)
+        assert walks[path].totals == walks["driver"].totals
 
 
 def test_the_accepted_entries_are_the_same(walks: dict[str, Walk]) -> None:
-    assert as_rows(walks["spark"].accepted) == as_rows(walks["driver"].accepted)
+    for path in SPARK:
+        assert as_rows(walks[path].accepted) == as_rows(walks["driver"].accepted)
 
 
 def test_the_pending_accounts_are_the_same(walks: dict[str, Walk]) -> None:
-    assert account_rows(walks["spark"].pending) == account_rows(walks["driver"].pending)
+    for path in SPARK:
+        assert account_rows(walks[path].pending) == account_rows(walks["driver"].pending)
 
 
 def test_the_index_accounts_are_the_same(walks: dict[str, Walk]) -> None:
-    assert account_rows(walks["spark"].accounts) == account_rows(walks["driver"].accounts)
+    for path in SPARK:
+        assert account_rows(walks[path].accounts) == account_rows(walks["driver"].accounts)
 
 
 def test_the_written_layers_hold_the_same_messages(
@@ -194,7 +216,8 @@ def test_the_written_layers_hold_the_same_messages(
     written = {
         path: read_layers(spark, [store.warehouse.chained(w.run)]) for path, w in walks.items()
     }
-    assert as_rows(written["spark"]) == as_rows(written["driver"])
+    for path in SPARK:
+        assert as_rows(written[path]) == as_rows(written["driver"])
     assert as_rows(written["driver"])
 
 
@@ -204,9 +227,10 @@ def test_the_accounts_are_copied_the_same(
     copied = {}
     for path, steps in (
         ("spark", SparkIndexSteps(spark, store.warehouse)),
+        ("spark tasks", SparkIndexSteps(spark, store.warehouse)),
         ("driver", DriverIndexSteps(store.warehouse)),
     ):
-        stage = stage_table(store.conn, "accounts", f"contract_{path}")
+        stage = stage_table(store.conn, "accounts", f"contract_{path.replace(' ', '_')}")
         try:
             steps.copy_accounts(walks[path].accounts, store.url, stage)
             columns = "hash, schema_id, state, reason, message, origin"
@@ -214,7 +238,7 @@ def test_the_accounts_are_copied_the_same(
             copied[path] = sorted(store.conn.execute(query).fetchall(), key=repr)
         finally:
             drop_tables(store.conn, [stage])
-    assert copied["spark"] == copied["driver"]
+    assert copied["spark"] == copied["spark tasks"] == copied["driver"]
     assert copied["driver"]
 
 
@@ -223,17 +247,18 @@ def test_the_logs_rows_are_copied_the_same(
 ) -> None:
     copied = {}
     for path, steps in (
-        ("spark", SparkIndexSteps(spark, store.warehouse)),
+        ("spark", walks["spark"].steps),  # the plans it made in the driver
+        ("spark tasks", SparkIndexSteps(spark, store.warehouse)),
         ("driver", DriverIndexSteps(store.warehouse)),
     ):
-        stage = stage_table(store.conn, "logs", f"contract_{path}")
+        stage = stage_table(store.conn, "logs", f"contract_{path.replace(' ', '_')}")
         try:
             steps.copy_logs(walks[path].planned, store.url, stage)
             query = f"SELECT {', '.join(LOG_COLUMNS)} FROM p2panda.{stage.name}"
             copied[path] = sorted(store.conn.execute(query).fetchall(), key=repr)
         finally:
             drop_tables(store.conn, [stage])
-    assert copied["spark"] == copied["driver"]
+    assert copied["spark"] == copied["spark tasks"] == copied["driver"]
     assert len(copied["driver"]) == walks["driver"].totals.logs
 
 
@@ -255,7 +280,11 @@ def test_logs_planned_with_what_was_kept_are_the_same(
         path: steps.plan(walks[path].chained, kept, catalog, catalog.order())
         for path, steps in paths.items()
     }
-    assert as_rows(again["spark"]) == as_rows(again["driver"])
+    with tuned(in_tasks()):
+        steps = SparkIndexSteps(spark, store.warehouse)
+        again["spark tasks"] = steps.plan(walks["spark"].chained, kept, catalog, catalog.order())
+    for path in SPARK:
+        assert as_rows(again[path]) == as_rows(again["driver"])
     totals = DriverIndexSteps(store.warehouse).totals(again["driver"])
     assert totals.changed and not totals.grew  # every tip as it was kept
     assert totals.logs == walks["driver"].totals.logs

@@ -136,7 +136,12 @@ def with_decode_errors(messages: DataFrame, unexplained: int) -> DataFrame:
 
 
 def write_chained(
-    accepted: DataFrame, planned: DataFrame, warehouse: Warehouse, unexplained: int, few: bool
+    accepted: DataFrame,
+    planned: DataFrame,
+    warehouse: Warehouse,
+    unexplained: int,
+    few: bool,
+    broadcast: bool,
 ) -> str:
     """Every accepted entry, decoded, by the schema of its log's plan in `planned`
     (`schema=` partitions), as a new chained run of `warehouse`; its name.
@@ -145,11 +150,13 @@ def write_chained(
     make one file per schema, at the cost of moving every payload once more (113 MB in
     the bench's store of 1M); the reads of a layer do not care how many files it has.
     `few` entries (those the driver chained) are written by one task: a file per schema,
-    not one per schema and task."""
+    not one per schema and task. The plans are `broadcast` to the tasks when they are
+    few; else both sides are shuffled by log (a broadcast of 500,000 logs' plans killed
+    the driver's 512m JVM)."""
     if few:
         accepted = accepted.coalesce(1)
     plans = planned.select("author", "log_id", "schema", "assignment", "is_schema_log")
-    planned = accepted.join(plans, ["author", "log_id"])
+    planned = accepted.join(F.broadcast(plans) if broadcast else plans, ["author", "log_id"])
     batch = F.col("batch").cast("long")
     decoded = with_decode_errors(planned.withColumn("batch", batch), unexplained)
     decoded = decoded.select(*DECODED_COLUMNS, "schema")

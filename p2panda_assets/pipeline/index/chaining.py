@@ -28,6 +28,7 @@ from p2panda_assets.pipeline.index.log_plan import (
     CHAIN_LOG_INPUT,
     PLAN_INPUT,
     PLANNED_ARROW,
+    TOTALS_COLUMNS,
     WAITING_COLUMNS,
     PlanTotals,
     added_totals,
@@ -42,7 +43,7 @@ from p2panda_assets.pipeline.kernels.chain import (
     chain_locally,
     tip_columns,
 )
-from p2panda_assets.pipeline.kernels.declared import CHAIN_ACCOUNT, CHAIN_LOG
+from p2panda_assets.pipeline.kernels.declared import CHAIN_ACCOUNT, CHAIN_LOG, PLANNED_WAITING
 from p2panda_assets.pipeline.spark.expressions import column
 from p2panda_assets.pipeline.spark.frames import local_frame
 from p2panda_assets.pipeline.spark.groups import map_groups
@@ -115,6 +116,17 @@ def schema_logs_in_spark(chained: DataFrame, kept: set[LogKey]) -> dict[LogKey, 
     return {key: is_schema for key, is_schema in keys.items() if is_schema or key in kept}
 
 
+def logs_to_plan(chained: DataFrame) -> list[Row] | None:
+    """The chain step's `log` rows as `log_plan.plan_author` reads them, in the driver, if
+    they are at most `PipelineTuning.collect_plan_logs` (one Spark job); None if more."""
+    most = tuning().collect_plan_logs
+    logs = chained.filter(column(CHAIN_LOG)).select(*CHAIN_LOG_INPUT)
+    table = logs.limit(most + 1).toArrow()
+    if table.num_rows > most:
+        return None
+    return [row for batch in table.to_batches() for row in python_rows(batch)]
+
+
 def plan_in_spark(
     spark: SparkSession, chained: DataFrame, stored: list[Row], catalog: Catalog, order: BuildOrder
 ) -> DataFrame:
@@ -137,17 +149,16 @@ def totals_in_spark(planned: DataFrame) -> PlanTotals:
     """The `PlanTotals` of the `planned` logs: a task's each, added up in the driver."""
 
     def totals(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        rows = (row for batch in batches for row in python_rows(batch))
-        yield pa.record_batch([pa.array([plan_totals(rows).to_json()])], names=["totals"])
+        yield pa.record_batch([pa.array([plan_totals(batches).to_json()])], names=["totals"])
 
-    parts = planned.mapInArrow(totals, "totals string").collect()
+    parts = planned.select(*TOTALS_COLUMNS).mapInArrow(totals, "totals string").collect()
     return added_totals(PlanTotals.from_json(row["totals"]) for row in parts)
 
 
 def waiting_in_spark(planned: DataFrame) -> DataFrame:
     """The chained logs whose entries the index accounts for (`log_plan.waits`), with
     what `accounts.pending_group` reads of their plans."""
-    return planned.filter(F.col("touched") & F.col("waits").isNotNull()).select(*WAITING_COLUMNS)
+    return planned.filter(column(PLANNED_WAITING)).select(*WAITING_COLUMNS)
 
 
 # Up to `broadcast_held` (200,000) rejected or held entries, `accepted_entries` broadcasts

@@ -4,8 +4,9 @@ schema its messages go with, its assignment, and why its entries wait, if they d
 
 A log's plan depends on the catalog and on its author's other logs alone
 (`Catalog.assign`), so both paths plan an author's logs at a time (`plan_author`): the
-driver's over the rows it holds, Spark's in tasks grouped by author. No path holds a
-row per log of the store in the process that runs the step (issue 58): what the
+driver path over the rows it holds (`plan_locally`), Spark's in its driver for a few
+logs (`PipelineTuning.collect_plan_logs`) and in tasks grouped by author above. No path
+holds a row per log of the store in the process that runs the step (issue 58): what the
 sequence needs of the plans is summed up by `PlanTotals`."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import cast
 
 import pyarrow as pa
@@ -21,8 +23,14 @@ from p2panda_assets.engine.corpus import Catalog, LogKey, LogSummary, schema_id_
 from p2panda_assets.engine.relations import BuildOrder
 from p2panda_assets.errors import Pending
 from p2panda_assets.pipeline.columnar.warehouse import NO_SCHEMA
-from p2panda_assets.pipeline.kernels.batches import Row, arrow_schema
+from p2panda_assets.pipeline.kernels.batches import (
+    Row,
+    arrow_schema,
+    map_groups_locally,
+    python_rows,
+)
 from p2panda_assets.pipeline.kernels.chain import ref_columns, ref_from_columns
+from p2panda_assets.pipeline.kernels.declared import PLANNED_WAITING, evaluated
 from p2panda_assets.pipeline.kernels.digests import merged_sums, sums_of_layer
 from p2panda_assets.statuses import Assignment as LogAssignment
 from p2panda_assets.store.logs import LOG_COLUMNS
@@ -141,9 +149,9 @@ WAITING_COLUMNS = ("author", "log_id", "waits", "schema_id", "why_reason", "why_
 # One row per log of the author (`plan_author`): its logs row (`LOG_COLUMNS`); the
 # chained partition its messages go to (`schema`, NO_SCHEMA for none) and whether the log
 # is that schema's own (`is_schema_log`); how the index accounts for its entries, if it
-# does (`waits`); whether the step chained it (`touched`: only
-# those rows are written), whether its plan differs from the one the logs table kept
-# (`changed`), whether its tip moved (`grew`); and the chain step's counts and sums.
+# does (`waits`); whether the step chained it (`touched`: only those rows are written),
+# whether its plan differs from the one the logs table kept (`changed`), whether its tip
+# moved (`grew`); and the chain step's counts and sums.
 PLANNED_ARROW = arrow_schema(
     [
         *((name, PLAN_INPUT.field(name).type) for name in LOG_COLUMNS),
@@ -205,6 +213,12 @@ def plan_author(catalog: Catalog, order: BuildOrder, rows: list[Row]) -> list[Ro
     return out
 
 
+def plan_locally(rows: list[Row], catalog: Catalog, order: BuildOrder) -> pa.Table:
+    """`plan_author` of every author of `rows` (`PLAN_INPUT` rows), in this process."""
+    fn = partial(plan_author, catalog, order)
+    return map_groups_locally(rows, ("author",), ("log_id",), fn, PLANNED_ARROW)
+
+
 def _key(row: Row) -> LogKey:
     return cast(bytes, row["author"]), cast(int, row["log_id"])
 
@@ -258,23 +272,38 @@ class PlanTotals:
         return cls(logs, held, waiting_, unexplained, changed, grew, rows)
 
 
-def plan_totals(rows: Iterable[Row]) -> PlanTotals:
-    """The `PlanTotals` of some planned logs (`PLANNED_ARROW` rows)."""
+# What `plan_totals` reads of the planned logs.
+TOTALS_COLUMNS = (
+    "schema",
+    "assignment",
+    "touched",
+    "waits",
+    "changed",
+    "grew",
+    "held",
+    "unexplained",
+    "batch_sums",
+)
+
+
+def plan_totals(batches: Iterable[pa.RecordBatch]) -> PlanTotals:
+    """The `PlanTotals` of some planned logs (batches of `TOTALS_COLUMNS` at least)."""
     logs = held = waiting = unexplained = 0
     changed = grew = False
     by_log: list[tuple[str, bool, dict[int, tuple[int, int]]]] = []
-    for row in rows:
-        logs += 1
-        held += cast(int, row["held"])
-        if row["touched"] and row["waits"] is not None:
-            waiting += 1
-        unexplained += cast(int, row["unexplained"])
-        changed = changed or bool(row["changed"])
-        grew = grew or bool(row["grew"])
-        if row["batch_sums"] is not None:
-            assigned = row["assignment"] == LogAssignment.ASSIGNED.value
-            sums = {b: (count, bits) for b, count, bits in json.loads(cast(str, row["batch_sums"]))}
-            by_log.append((cast(str, row["schema"]), assigned, sums))
+    for batch in batches:
+        table = pa.Table.from_batches([batch])
+        waiting += evaluated(table, PLANNED_WAITING).to_pylist().count(True)
+        for row in python_rows(batch):
+            logs += 1
+            held += cast(int, row["held"])
+            unexplained += cast(int, row["unexplained"])
+            changed = changed or bool(row["changed"])
+            grew = grew or bool(row["grew"])
+            if row["batch_sums"] is not None:
+                assigned = row["assignment"] == LogAssignment.ASSIGNED.value
+                sums = json.loads(cast(str, row["batch_sums"]))
+                by_log.append((cast(str, row["schema"]), assigned, {b: (c, s) for b, c, s in sums}))
     return PlanTotals(logs, held, waiting, unexplained, changed, grew, sums_of_layer(by_log))
 
 

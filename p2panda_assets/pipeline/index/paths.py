@@ -17,14 +17,13 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 from decimal import Decimal
-from functools import partial
 from typing import cast
 
 import psycopg
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from p2panda_assets.engine.corpus import Catalog, LogKey
 from p2panda_assets.engine.relations import BuildOrder
@@ -37,6 +36,7 @@ from p2panda_assets.pipeline.index.chaining import (
     chain_in_driver,
     chain_logs,
     few_to_chain,
+    logs_to_plan,
     plan_in_spark,
     rows_to_chain,
     schema_logs_in_spark,
@@ -61,18 +61,20 @@ from p2panda_assets.pipeline.index.log_plan import (
     PLANNED_ARROW,
     WAITING_COLUMNS,
     PlanTotals,
-    plan_author,
+    plan_locally,
     plan_totals,
 )
 from p2panda_assets.pipeline.index.sequence import IndexSteps, LogPosition
 from p2panda_assets.pipeline.index.verify import read_new_verified, read_verified
 from p2panda_assets.pipeline.kernels import declared
-from p2panda_assets.pipeline.kernels.batches import Row, map_groups_locally, python_rows
+from p2panda_assets.pipeline.kernels.batches import Row, map_groups_locally
 from p2panda_assets.pipeline.kernels.chain import TIP_COLUMNS, chain_locally
 from p2panda_assets.pipeline.kernels.declared import (
     CHAIN_ACCOUNT,
     CHAIN_ACCOUNTS,
     CHAIN_LOG,
+    PLANNED_CHAINED,
+    PLANNED_WAITING,
     expression,
 )
 from p2panda_assets.pipeline.postgres.copy import ACCOUNT_COLUMNS, copy_frame
@@ -85,6 +87,7 @@ from p2panda_assets.store import pipeline_state as state_sql
 from p2panda_assets.store.copying import Target, copy_rows
 from p2panda_assets.store.logs import LOG_COLUMN_TYPES
 from p2panda_assets.store.staging import Stage
+from p2panda_assets.tuning import tuning
 
 # The index accounts as the driver path holds them (`ACCOUNT_TARGET_COLUMNS`), and none.
 ACCOUNT_ORIGIN_ARROW = pa.schema([*ACCOUNT_ARROW, pa.field("origin", pa.string())])
@@ -104,6 +107,8 @@ class SparkIndexSteps(IndexSteps[DataFrame]):
     def __init__(self, spark: SparkSession, warehouse: Warehouse) -> None:
         self._spark = spark
         self._warehouse = warehouse
+        # The plans this step made in the driver (`collect_plan_logs`), by their frame.
+        self._planned_here: dict[int, pa.Table] = {}
 
     def verified(self, state: state_sql.PipelineState, since: int | None = None) -> DataFrame:
         if since is None:
@@ -142,16 +147,24 @@ class SparkIndexSteps(IndexSteps[DataFrame]):
     def plan(
         self, chained: DataFrame, stored: list[Row], catalog: Catalog, order: BuildOrder
     ) -> DataFrame:
-        return plan_in_spark(self._spark, chained, stored, catalog, order)
+        logs = logs_to_plan(chained)
+        if logs is None:
+            return plan_in_spark(self._spark, chained, stored, catalog, order)
+        table = plan_locally([*logs, *stored], catalog, order)
+        frame = self._spark.createDataFrame(table, from_arrow_schema(PLANNED_ARROW))
+        self._planned_here[id(frame)] = table
+        return frame
 
     def totals(self, planned: DataFrame) -> PlanTotals:
-        return totals_in_spark(planned)
+        table = self._planned_here.get(id(planned))
+        return totals_in_spark(planned) if table is None else plan_totals(table.to_batches())
 
     def accepted(self, verified: DataFrame, chained: DataFrame, held: int) -> DataFrame:
         return accepted_entries(verified, chained, held)
 
-    def write(self, accepted: DataFrame, planned: DataFrame, unexplained: int, few: bool) -> str:
-        return write_chained(accepted, planned, self._warehouse, unexplained, few)
+    def write(self, accepted: DataFrame, planned: DataFrame, totals: PlanTotals, few: bool) -> str:
+        broadcast = totals.logs <= tuning().broadcast_keys
+        return write_chained(accepted, planned, self._warehouse, totals.unexplained, few, broadcast)
 
     def merge(self, layers: Sequence[str]) -> str:
         return merge_chained(self._spark, layers, self._warehouse)
@@ -170,10 +183,11 @@ class SparkIndexSteps(IndexSteps[DataFrame]):
             result = result.unionByName(frame)
         return result
 
-    def pending(self, accepted: DataFrame, planned: DataFrame) -> DataFrame:
+    def pending(self, accepted: DataFrame, planned: DataFrame, waiting: int) -> DataFrame:
         logs = waiting_in_spark(planned)
         items = accepted.select("author", "log_id", "seq", "hash", "payload", "message")
-        joined = items.join(logs, ["author", "log_id"])
+        small = waiting <= tuning().broadcast_keys
+        joined = items.join(F.broadcast(logs) if small else logs, ["author", "log_id"])
         accounts = map_groups(joined, ("author", "log_id"), ("seq",), pending_group, ACCOUNT_ARROW)
         return accounts.withColumn("origin", F.lit("pending"))
 
@@ -181,7 +195,14 @@ class SparkIndexSteps(IndexSteps[DataFrame]):
         copy_frame(accounts, url, Target.into(stage, ACCOUNT_TARGET_COLUMNS))
 
     def copy_logs(self, planned: DataFrame, url: str, stage: Stage) -> None:
-        copy_frame(planned.filter("touched"), url, Target.into(stage, LOG_COLUMN_TYPES))
+        table = self._planned_here.get(id(planned))
+        if table is not None:  # no Spark task to copy what the driver holds
+            _copy_table(
+                table.filter(expression(PLANNED_CHAINED)), url, Target.into(stage, LOG_COLUMN_TYPES)
+            )
+            return
+        chained = planned.filter(expressions.column(PLANNED_CHAINED))
+        copy_frame(chained, url, Target.into(stage, LOG_COLUMN_TYPES))
 
     def accepted_at(
         self, layers: Sequence[str], positions: list[LogPosition]
@@ -204,6 +225,7 @@ class SparkIndexSteps(IndexSteps[DataFrame]):
         remove(self._spark, self._warehouse.chained(run))
 
     def release(self, frame: DataFrame) -> None:
+        self._planned_here.pop(id(frame), None)
         frame.unpersist()
 
 
@@ -249,19 +271,18 @@ class DriverIndexSteps(IndexSteps[pa.Table]):
         self, chained: pa.Table, stored: list[Row], catalog: Catalog, order: BuildOrder
     ) -> pa.Table:
         logs = rows_of(chained.filter(expression(CHAIN_LOG)), CHAIN_LOG_INPUT)
-        fn = partial(plan_author, catalog, order)
-        return map_groups_locally([*logs, *stored], ("author",), ("log_id",), fn, PLANNED_ARROW)
+        return plan_locally([*logs, *stored], catalog, order)
 
     def totals(self, planned: pa.Table) -> PlanTotals:
-        return plan_totals(row for batch in planned.to_batches() for row in python_rows(batch))
+        return plan_totals(planned.to_batches())
 
     def accepted(self, verified: pa.Table, chained: pa.Table, held: int) -> pa.Table:
         return accepted_locally(verified, chained, held)
 
-    def write(self, accepted: pa.Table, planned: pa.Table, unexplained: int, few: bool) -> str:
+    def write(self, accepted: pa.Table, planned: pa.Table, totals: PlanTotals, few: bool) -> str:
         run = secrets.token_hex(6)
         write_chained_locally(
-            decoded_locally(accepted, planned, unexplained), self._warehouse.chained(run)
+            decoded_locally(accepted, planned, totals.unexplained), self._warehouse.chained(run)
         )
         return run
 
@@ -280,9 +301,9 @@ class DriverIndexSteps(IndexSteps[pa.Table]):
         )
         return pa.concat_tables([chain, schema, *([] if pending is None else [pending])])
 
-    def pending(self, accepted: pa.Table, planned: pa.Table) -> pa.Table:
-        waiting = planned.filter(pc.field("touched") & pc.field("waits").is_valid())
-        plans = {(row["author"], row["log_id"]): row for row in rows_of(waiting, WAITING_COLUMNS)}
+    def pending(self, accepted: pa.Table, planned: pa.Table, waiting: int) -> pa.Table:
+        logs = rows_of(planned.filter(expression(PLANNED_WAITING)), WAITING_COLUMNS)
+        plans = {(row["author"], row["log_id"]): row for row in logs}
         items = []
         for row in rows_of(accepted, ["author", "log_id", "seq", "hash", "payload", "message"]):
             plan = plans.get((row["author"], row["log_id"]))
@@ -298,7 +319,8 @@ class DriverIndexSteps(IndexSteps[pa.Table]):
         _copy_table(accounts, url, Target.into(stage, ACCOUNT_TARGET_COLUMNS))
 
     def copy_logs(self, planned: pa.Table, url: str, stage: Stage) -> None:
-        _copy_table(planned.filter(pc.field("touched")), url, Target.into(stage, LOG_COLUMN_TYPES))
+        chained = planned.filter(expression(PLANNED_CHAINED))
+        _copy_table(chained, url, Target.into(stage, LOG_COLUMN_TYPES))
 
     def accepted_at(
         self, layers: Sequence[str], positions: list[LogPosition]

@@ -236,9 +236,9 @@ class IndexSteps(ABC, Generic[FrameT]):
         """The entries of `verified` the chain rules accepted (`held`: how many not)."""
 
     @abstractmethod
-    def write(self, accepted: FrameT, planned: FrameT, unexplained: int, few: bool) -> str:
+    def write(self, accepted: FrameT, planned: FrameT, totals: PlanTotals, few: bool) -> str:
         """The accepted entries as a new chained run of the warehouse, each by its log's
-        plan in `planned`; its name."""
+        plan in `planned` (`totals`: theirs); its name."""
 
     @abstractmethod
     def merge(self, layers: Sequence[str]) -> str:
@@ -253,9 +253,9 @@ class IndexSteps(ABC, Generic[FrameT]):
         (`accounts.schema_account_rows`), and `pending`'s."""
 
     @abstractmethod
-    def pending(self, accepted: FrameT, planned: FrameT) -> FrameT:
-        """The accounts of the accepted entries of the `planned` logs the index accounts
-        for (`log_plan.waits`, `pipeline.index.accounts.pending_group`)."""
+    def pending(self, accepted: FrameT, planned: FrameT, waiting: int) -> FrameT:
+        """The accounts of the accepted entries of the `waiting` logs of `planned` the
+        index accounts for (`log_plan.waits`, `pipeline.index.accounts.pending_group`)."""
 
     @abstractmethod
     def copy_accounts(self, accounts: FrameT, url: str, stage: Stage) -> None:
@@ -348,9 +348,9 @@ class IndexSteps(ABC, Generic[FrameT]):
             accepted = self.accepted(new, chained, totals.held)
             run: str | None = None
             if how.writes(totals):
-                run = self.write(accepted, planned, totals.unexplained, held is not None)
+                run = self.write(accepted, planned, totals, held is not None)
             layers = how.layers(run)
-            pending = self.pending(accepted, planned) if totals.waiting else None
+            pending = self.pending(accepted, planned, totals.waiting) if totals.waiting else None
             accounts = self.accounts(chained, pending, schema_account_rows(catalog))
             self.commit(conn, url, accounts, planned, run, how.commit(conn, run))
             if run is not None:

@@ -8,15 +8,17 @@ The chained messages of every log are written to the columnar store as a layer
 reads its partitions from there, and the decoded-messages check inspects them. Chaining
 itself never carries a payload: it reads the entries and their message index, and the
 accepted entries go from the verified batches to the chained layer directly
-(`chaining.accepted_entries`). Only small things reach the driver: one summary per log;
-the schema logs are folded from the store (`store.catalog.load_catalog`).
+(`chaining.accepted_entries`). Only small things reach the driver: the chained schema
+logs, which are folded from the store (`store.catalog.load_catalog`), and the totals of
+the logs' plans; the logs are planned by author where they are (`log_plan.plan_author`).
 
 Both kinds of step run one sequence (`sequence.IndexSteps.index`) and differ by what
 they continue and how they commit (`sequence.Whole`, `sequence.Appended`). Most runs
 *append* (`_append_index` decides whether they may): only the new batches are read, each
 log they touch is continued from its tip (`protocol.log.LogTip`), only the logs of the
-authors they touch are planned again (`_every_log_when_the_catalog_may_change` says when
-all are), and the new messages are written as a layer on top of the chained runs before.
+authors they touch are planned again (after a schema change, the decisions kept of the
+others are checked by reference: `log_plan.changes_a_kept_plan`), and the new messages
+are written as a layer on top of the chained runs before.
 A run chains every log again, in one new run, when appending would not give what
 chaining everything gives: a log that is not all accepted (a gap, a fork) or whose
 schema is not settled gets a new entry, an entry lands at or before its log's tip, or

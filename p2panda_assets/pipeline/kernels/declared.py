@@ -116,6 +116,10 @@ CHAIN_ACCOUNTS: Columns = {
     "message": Col("message"),
     "origin": Lit("chain"),
 }
+# A planned log (`log_plan.PLANNED_ARROW`) the step chained, whose logs row it writes;
+# and one of those whose entries the index accounts for (`log_plan.waits`).
+PLANNED_CHAINED = Col("touched")
+PLANNED_WAITING = And(Col("touched"), Not(IsNull(Col("waits"))))
 # An accepted entry whose payload does not decode, of a batch verified before the reason
 # was kept: the layer's `error` is decoded again for these (`layers.with_decode_errors`).
 UNEXPLAINED = And(IsNull(Col("kind")), IsNull(Col("message_error")))
