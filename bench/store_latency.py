@@ -34,6 +34,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from latency import (  # bench/, beside this script
@@ -57,7 +59,10 @@ from p2panda_assets.store.registry import register, table_identifier, table_name
 LOG_ID_BASE = 100  # bench/pipeline.py: schema i's instances are in log 100 + i
 
 
-def arriving(path: Path) -> list[tuple[bytes, bytes, str]]:
+Arriving = list[tuple[bytes, bytes, str]]  # (entry, payload, schema id of its log)
+
+
+def arriving(path: Path) -> Arriving:
     """The held-back entries: (entry, payload, schema id of its log)."""
     schema_ids = [s.schema_id for s in schema_corpus()[1]]
     held = []
@@ -166,18 +171,29 @@ def one_sample(
     }
 
 
-def measure(entries: int, samples: int, seed: int, workers: int, authors: int) -> dict[str, object]:
+@contextmanager
+def deployed_store(
+    entries: int, seed: int, workers: int, authors: int, later: int
+) -> Iterator[tuple[DaemonScenario, dict[str, float], dict[str, object], Arriving]]:
+    """The corpus but for `later` arriving entries built into a deployment, its daemon
+    started and warmed up by the first of those: (the deployment, how the store was
+    built, the warm-up sample, the other arriving entries)."""
     path, _, _ = generate(entries, seed, workers, authors)  # bench/pipeline.py's, cached
-    store, later, _ = split_for_increment(path, samples + 1)
-    held = arriving(later)
+    store, arriving_part, _ = split_for_increment(path, later)
+    held = arriving(arriving_part)
     with scenario() as run:
         built = build_store(run, store)
         print(f"store: {built}", flush=True)
         run.start_daemon()
         warm = one_sample(run, *held[0], timeout=900)
         print(f"warm-up: {warm}", flush=True)
+        yield run, built, warm, held[1:]
+
+
+def measure(entries: int, samples: int, seed: int, workers: int, authors: int) -> dict[str, object]:
+    with deployed_store(entries, seed, workers, authors, samples + 1) as (run, built, warm, held):
         measured = []
-        for i, item in enumerate(held[1:]):
+        for i, item in enumerate(held):
             sample = one_sample(run, *item, timeout=900)
             print(f"sample {i}: {sample}", flush=True)
             measured.append(sample)
@@ -230,7 +246,7 @@ class Watcher:
     """Sweeps the entries ingested so far (`carried_all`) every 0.2 s; when each was
     first seen carried."""
 
-    def __init__(self, run: DaemonScenario, plan: list[tuple[bytes, bytes, str]]) -> None:
+    def __init__(self, run: DaemonScenario, plan: Arriving) -> None:
         self.run = run
         self.plan = {decode_entry(e).hash: (p, schema_id) for e, p, schema_id in plan}
         self.ingested: set[bytes] = set()
@@ -254,16 +270,7 @@ def stream(
     corpus: the newest entry of as many instance logs, spread over the schemas, each
     timed from its ingest until it is carried (`carried_all`, swept every 0.2 s)."""
     count = max(1, round(rate * seconds))
-    path, _, _ = generate(entries, seed, workers, authors)
-    store, later, _ = split_for_increment(path, count + 1)
-    held = arriving(later)
-    with scenario() as run:
-        built = build_store(run, store)
-        print(f"store: {built}", flush=True)
-        run.start_daemon()
-        warm = one_sample(run, *held[0], timeout=900)
-        print(f"warm-up: {warm}", flush=True)
-        plan = held[1:]
+    with deployed_store(entries, seed, workers, authors, count + 1) as (run, built, warm, plan):
         watcher = Watcher(run, plan)
         watcher.thread.start()
         ingested: list[float] = []
@@ -290,6 +297,7 @@ def stream(
         "entries": entries,
         "authors": authors,
         "store": built,
+        "warm_up": warm,
         "rate_per_s": rate,
         "seconds": seconds,
         "streamed": count,
