@@ -34,6 +34,7 @@ from p2panda_assets.pipeline.index.log_plan import (
     added_totals,
     plan_author,
     plan_totals,
+    schema_logs_among,
 )
 from p2panda_assets.pipeline.kernels.batches import Row, python_rows, record_batch
 from p2panda_assets.pipeline.kernels.chain import (
@@ -112,8 +113,8 @@ def schema_logs_in_spark(chained: DataFrame, kept: set[LogKey]) -> dict[LogKey, 
     if authors:
         wanted = wanted | F.col("author").isin([bytearray(a) for a in authors])
     found = logs.filter(wanted).select("author", "log_id", "is_schema").collect()
-    keys = {(bytes(row["author"]), int(row["log_id"])): bool(row["is_schema"]) for row in found}
-    return {key: is_schema for key, is_schema in keys.items() if is_schema or key in kept}
+    keys = (((bytes(row["author"]), int(row["log_id"])), bool(row["is_schema"])) for row in found)
+    return schema_logs_among(keys, kept)
 
 
 def logs_to_plan(chained: DataFrame) -> list[Row] | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field, replace
 from functools import partial
 from typing import cast
 
@@ -253,23 +253,12 @@ class PlanTotals:
     sums: LayerSums = field(default_factory=list)
 
     def to_json(self) -> str:
-        return json.dumps(
-            [
-                self.logs,
-                self.held,
-                self.waiting,
-                self.unexplained,
-                self.changed,
-                self.grew,
-                self.sums,
-            ]
-        )
+        return json.dumps(astuple(self))
 
     @classmethod
     def from_json(cls, text: str) -> PlanTotals:
-        logs, held, waiting_, unexplained, changed, grew, sums = json.loads(text)
-        rows = [(s, bool(a), int(b), int(c), int(d)) for s, a, b, c, d in sums]
-        return cls(logs, held, waiting_, unexplained, changed, grew, rows)
+        *counts, sums = json.loads(text)  # JSON keeps the ints and bools as they were
+        return replace(cls(*counts), sums=[tuple(row) for row in sums])
 
 
 # What `plan_totals` reads of the planned logs.
@@ -319,6 +308,15 @@ def added_totals(parts: Iterable[PlanTotals]) -> PlanTotals:
         any(part.grew for part in parts),
         merged_sums(part.sums for part in parts),
     )
+
+
+def schema_logs_among(
+    found: Iterable[tuple[LogKey, bool]], kept: set[LogKey]
+) -> dict[LogKey, bool]:
+    """Of the chained logs `found` (key, whether a schema log by its new entries), those
+    that are schema logs by their new entries or that `kept` names (schema logs by what
+    was decided of them): what `IndexSteps.schema_logs` gives."""
+    return {key: is_schema for key, is_schema in found if is_schema or key in kept}
 
 
 def waits(fate: tuple[str, LogAssignment, Pending | None]) -> str | None:

@@ -63,6 +63,7 @@ from p2panda_assets.pipeline.index.log_plan import (
     PlanTotals,
     plan_locally,
     plan_totals,
+    schema_logs_among,
 )
 from p2panda_assets.pipeline.index.sequence import IndexSteps, LogPosition
 from p2panda_assets.pipeline.index.verify import read_new_verified, read_verified
@@ -262,10 +263,10 @@ class DriverIndexSteps(IndexSteps[pa.Table]):
 
     def schema_logs(self, chained: pa.Table, kept: set[LogKey]) -> dict[LogKey, bool]:
         logs = rows_of(chained.filter(expression(CHAIN_LOG)), ["author", "log_id", "is_schema"])
-        keys = {
-            (cast(bytes, r["author"]), cast(int, r["log_id"])): bool(r["is_schema"]) for r in logs
-        }
-        return {key: is_schema for key, is_schema in keys.items() if is_schema or key in kept}
+        keys = (
+            ((cast(bytes, r["author"]), cast(int, r["log_id"])), bool(r["is_schema"])) for r in logs
+        )
+        return schema_logs_among(keys, kept)
 
     def plan(
         self, chained: pa.Table, stored: list[Row], catalog: Catalog, order: BuildOrder
