@@ -20,6 +20,11 @@ class AccountTotals:
     foreign: int  # accounts of the schema for entries not on its logs
 
 
+# Each stored entry of the schema's logs paired with the schema's own accounts (both
+# found by index, a schema's worth each); only an entry left without one is looked up
+# among every account, to tell a missing account from one held by another schema. A join
+# of the entries with every account instead read the whole accounts table on each check
+# (0.58-0.71 s a schema on the bench's store of 1M, against 0.19-0.24 s so).
 ACCOUNTING = """
 WITH logs AS (
     SELECT author, log_id FROM p2panda.logs WHERE schema_id = %(s)s
@@ -28,16 +33,22 @@ WITH logs AS (
         (SELECT verified_through FROM p2panda.pipeline_state), 0) AS verified
     FROM p2panda.entries e
     JOIN logs l ON l.author = e.author AND l.log_id = e.log_id
+), own AS (
+    SELECT hash FROM p2panda.accounts WHERE schema_id = %(s)s
+), paired AS (
+    SELECT s.hash AS stored, s.verified, o.hash AS own
+    FROM stored s FULL JOIN own o ON o.hash = s.hash
+), unpaired AS (
+    SELECT p.verified, EXISTS (SELECT 1 FROM p2panda.accounts a WHERE a.hash = p.stored)
+        AS accounted
+    FROM paired p WHERE p.own IS NULL AND p.stored IS NOT NULL
 )
 SELECT
-    (SELECT count(*) FROM stored WHERE verified),
-    (SELECT count(*) FROM stored WHERE NOT verified),
-    (SELECT count(*) FROM stored s WHERE s.verified
-        AND NOT EXISTS (SELECT 1 FROM p2panda.accounts a WHERE a.hash = s.hash)),
-    (SELECT count(*) FROM stored s JOIN p2panda.accounts a ON a.hash = s.hash
-        WHERE a.schema_id IS DISTINCT FROM %(s)s),
-    (SELECT count(*) FROM p2panda.accounts a WHERE a.schema_id = %(s)s
-        AND NOT EXISTS (SELECT 1 FROM stored s WHERE s.hash = a.hash))
+    (SELECT count(*) FILTER (WHERE stored IS NOT NULL AND verified) FROM paired),
+    (SELECT count(*) FILTER (WHERE stored IS NOT NULL AND NOT verified) FROM paired),
+    (SELECT count(*) FILTER (WHERE verified AND NOT accounted) FROM unpaired),
+    (SELECT count(*) FILTER (WHERE accounted) FROM unpaired),
+    (SELECT count(*) FILTER (WHERE stored IS NULL) FROM paired)
 """
 BY_STATE = """
 SELECT state, reason, count(*) FROM p2panda.accounts WHERE schema_id = %s

@@ -479,6 +479,7 @@ def test_accounting_check_fails_on_an_entry_accounted_to_another_schema(store: S
         )
         try:
             evaluation = store.run_check(entries_are_accounted, store.mail)
+            holder = store.run_check(entries_are_accounted, store.profile)
         finally:
             conn.execute(
                 "UPDATE p2panda.accounts SET schema_id = %s WHERE schema_id = %s"
@@ -489,3 +490,7 @@ def test_accounting_check_fails_on_an_entry_accounted_to_another_schema(store: S
     assert "1 entries of the schema's logs are accounted to another schema" in (
         evaluation.description
     )
+    assert "have no account" not in (evaluation.description or "")
+    # The schema that holds it has an account of an entry not on its logs.
+    assert not holder.passed
+    assert "1 accounts of the schema are for entries not on its logs" in (holder.description or "")
