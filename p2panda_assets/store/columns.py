@@ -48,12 +48,33 @@ def declared_columns(conn: psycopg.Connection, table: str) -> dict[str, tuple[st
 
 
 def select_renamed(
-    conn: psycopg.Connection, table: str, names: Sequence[str], aliases: Sequence[str]
+    conn: psycopg.Connection,
+    table: str,
+    names: Sequence[str],
+    aliases: Sequence[str],
+    where: sql.Composable | None = None,
 ) -> str:
-    """The text of a query of `table`'s columns `names[i]`, each as `aliases[i]`."""
+    """The text of a query of `table`'s columns `names[i]`, each as `aliases[i]`, of
+    the rows `where` holds for (all: None)."""
     selected = sql.SQL(", ").join(
         sql.SQL("{} AS {}").format(sql.Identifier(name), sql.Identifier(alias))
         for name, alias in zip(names, aliases, strict=True)
     )
     query = sql.SQL("SELECT {} FROM {}").format(selected, table_identifier(table))
+    if where is not None:
+        query = sql.SQL("{} WHERE {}").format(query, where)
     return query.as_string(conn)
+
+
+def renamed_rows(
+    conn: psycopg.Connection,
+    table: str,
+    names: Sequence[str],
+    aliases: Sequence[str],
+    where: sql.Composable | None,
+    limit: int,
+) -> list[tuple[object, ...]] | None:
+    """The rows of `select_renamed`, if there are at most `limit` of them (else None)."""
+    query = sql.SQL(select_renamed(conn, table, names, aliases, where))
+    rows = conn.execute(sql.SQL("{} LIMIT {}").format(query, sql.Literal(limit + 1))).fetchall()
+    return None if len(rows) > limit else rows

@@ -224,6 +224,15 @@ CREATE TABLE IF NOT EXISTS p2panda.checked_layers (
     PRIMARY KEY (schema_id, layer)
 );
 
+-- Each schema's table as it last passed the blocking lens check (store/checked_tables.py):
+-- its relation's oid and the ingest_seq its build held entries through. In a run that
+-- built the table, a check of the same relation reads only the rows written since.
+CREATE TABLE IF NOT EXISTS p2panda.checked_tables (
+    schema_id text PRIMARY KEY,
+    relation  oid NOT NULL,
+    through   bigint NOT NULL
+);
+
 -- Who holds the pipeline lock (store/pipeline_lock.py): the session that takes it writes
 -- its run and schema here, and what its Spark work is doing as it goes; a session waiting
 -- for the lock reads it to say what it waits for. A row whose session no longer holds the

@@ -448,6 +448,63 @@ def test_table_check_fails_on_a_repeated_instance_and_a_seq_below_one(store: Sto
     assert "instance_id_unique" in evaluation.description
 
 
+def test_the_table_check_says_the_same_in_the_driver_and_in_spark(store: Store, tune) -> None:
+    """Every finding at once, in both tables (an id that is not hex, a dead version, a
+    seq 0, a relation that is no instance id, a repeated instance whose subject fails its
+    validation at the current version, a null array element): both backends give the
+    same description, the same failing rows and the same metadata, but for where it ran."""
+    mail, profile = table_name_for(store.mail), table_name_for(store.profile)
+    with store.connect() as conn:
+        [key] = conn.execute(
+            "SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'p'",
+            (mail,),
+        ).fetchone()
+    with tampered_table(
+        store,
+        f"ALTER TABLE {mail} DROP CONSTRAINT {key}",
+        f'INSERT INTO {mail} (_instance_id, _author, _version, _seq, _entry, subject, "to")'
+        f" SELECT 'NOT HEX', _author, 99, 0, _entry, '# bad', 'nowhere' FROM {mail}"
+        " WHERE subject = 'hello'",
+        f'INSERT INTO {mail} (_instance_id, _author, _version, _seq, _entry, subject, "to")'
+        f" SELECT _instance_id, _author, _version, _seq, _entry, '# dup', \"to\" FROM {mail}"
+        " WHERE subject = 'hello'",
+        f"UPDATE {profile} SET tags = ARRAY['bamboo', NULL]",
+        undo=(
+            f"DELETE FROM {mail} WHERE _seq = 0 OR subject = '# dup'",
+            f"ALTER TABLE {mail} ADD CONSTRAINT {key} PRIMARY KEY (_instance_id)",
+            f"UPDATE {profile} SET tags = ARRAY['bamboo', 'naps']",
+        ),
+    ):
+        results = {}
+        for schema_id in (store.mail, store.profile):
+            results[schema_id, "driver"] = store.run_check(
+                table_matches_the_current_lens, schema_id
+            )
+        tune(driver_path_entries=-1)
+        for schema_id in (store.mail, store.profile):
+            results[schema_id, "spark"] = store.run_check(table_matches_the_current_lens, schema_id)
+    for schema_id in (store.mail, store.profile):
+        driver, spark = results[schema_id, "driver"], results[schema_id, "spark"]
+        assert (driver.metadata["checked_in"].value, spark.metadata["checked_in"].value) == (
+            "driver",
+            "spark",
+        )
+        assert not driver.passed and driver.description == spark.description
+        shown = {k: v.value for k, v in driver.metadata.items() if k != "checked_in"}
+        assert shown == {k: v.value for k, v in spark.metadata.items() if k != "checked_in"}
+    assert results[store.mail, "driver"].metadata["failing_rows"].value == {
+        "instance_id_unique": 1,
+        "_instance_id: instance_id_is_hex": 1,
+        "_version: isin([1, 2, 3])": 1,
+        "_seq: greater_than_or_equal_to(1)": 1,
+        "to: relation_is_an_instance_id": 1,
+        "subject: validation_at_current_version": 1,
+    }
+    assert results[store.profile, "driver"].metadata["failing_rows"].value == {
+        "tags: no_null_elements": 1
+    }
+
+
 def _letter_author() -> str:
     return CorpusBuilder().author(13).key_pair.public_key.hex()
 

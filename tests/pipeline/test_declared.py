@@ -6,6 +6,7 @@ half is held to this one in `tests/pipeline/test_declared_in_spark.py` (marked s
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -16,12 +17,23 @@ from p2panda_assets.pipeline.kernels.declared import (
     CHAIN_ACCOUNT,
     CHAIN_ACCOUNTS,
     CHAIN_LOG,
+    ELEMENT,
     MESSAGE_KEY,
     NEW_WITHOUT_KEY,
     UNEXPLAINED,
+    And,
+    AnyElement,
+    Chars,
+    Col,
     Expr,
+    Gt,
+    IsNull,
+    Lit,
+    Matches,
+    Not,
     after,
     assigned_to,
+    count_where,
     evaluated,
     project,
 )
@@ -41,6 +53,8 @@ VALUES: dict[str, tuple[Any, ...]] = {
     "key": (b"k", None),
     "assignment": ("assigned", "pending", "duplicate"),
     "schema": ("s1", "s2", None),
+    # a text's length in characters is not its bytes' ("äöü": 3 and 6)
+    "text": ("abc", "abcd", "äöü", "äöüß", "0a1f", None),
 }
 TYPES = {
     "hash": pa.binary(),
@@ -91,6 +105,17 @@ def assigned_to_s1(r: dict[str, Any]) -> bool:
     return r["assignment"] == "assigned" and r["schema"] == "s1"
 
 
+def longer_than_3(r: dict[str, Any]) -> bool:
+    return r["text"] is not None and len(r["text"]) > 3
+
+
+def not_hex_4(r: dict[str, Any]) -> bool | None:
+    return None if r["text"] is None else re.fullmatch("[0-9a-f]{4}", r["text"]) is None
+
+
+LONGER_THAN_3 = And(Not(IsNull(Col("text"))), Gt(Chars(Col("text")), Lit(3, "long")))
+NOT_HEX_4 = Not(Matches(Col("text"), "^[0-9a-f]{4}$"))
+
 # (name, declaration, the columns it reads, the rule stated plainly: None where SQL's null)
 CASES: list[tuple[str, Expr, tuple[str, ...], Callable[[dict[str, Any]], Any]]] = [
     ("chain log", CHAIN_LOG, ("row_type",), row_type_is("log")),
@@ -100,7 +125,25 @@ CASES: list[tuple[str, Expr, tuple[str, ...], Callable[[dict[str, Any]], Any]]] 
     ("new without key", NEW_WITHOUT_KEY, ("batch", "built_batch", "key"), new_without_key),
     ("after", after(2), ("batch",), after_2),
     ("assigned to", assigned_to(["s1"]), ("assignment", "schema"), assigned_to_s1),
+    ("longer than 3 characters", LONGER_THAN_3, ("text",), longer_than_3),
+    ("not 4 hex digits", NOT_HEX_4, ("text",), not_hex_4),
 ]
+
+# Arrays for `AnyElement`: null, empty, with a null element, with elements that are and
+# are not 4 hex digits.
+ARRAYS = [None, [], ["0a1f", None], ["0a1f"], ["abcd", "zz"], ["zz", "zz"], [None]]
+ARRAY_RULES: list[tuple[str, Expr, Callable[[str | None], bool]]] = [
+    ("a null element", AnyElement(Col("array"), IsNull(Col(ELEMENT))), lambda e: e is None),
+    (
+        "an element not 4 hex digits",
+        AnyElement(Col("array"), Not(Matches(Col(ELEMENT), "^[0-9a-f]{4}$"))),
+        lambda e: e is not None and re.fullmatch("[0-9a-f]{4}", e) is None,
+    ),
+]
+
+
+def arrays_table() -> pa.Table:
+    return pa.table({"array": pa.array(ARRAYS, pa.list_(pa.string()))})
 
 
 @pytest.mark.parametrize(
@@ -123,3 +166,13 @@ def test_the_chain_accounts_are_the_account_rows_projected() -> None:
         if r["row_type"] == "account"
     ]  # fmt: skip
     assert got == expected
+
+
+@pytest.mark.parametrize(
+    ("expr", "holds"), [r[1:] for r in ARRAY_RULES], ids=[r[0] for r in ARRAY_RULES]
+)
+def test_any_element_counts_each_array_with_such_an_element_once(
+    expr: Expr, holds: Callable[[str | None], bool]
+) -> None:
+    expected = sum(1 for array in ARRAYS if array and any(holds(e) for e in array))
+    assert count_where(arrays_table(), expr) == expected

@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 from p2panda_assets.pipeline.kernels import declared
 from p2panda_assets.pipeline.kernels.declared import CHAIN_ACCOUNT, CHAIN_ACCOUNTS, Col, Expr
 from p2panda_assets.pipeline.spark import expressions
-from tests.pipeline.test_declared import CASES, every, table_of
+from tests.pipeline.test_declared import ARRAY_RULES, CASES, arrays_table, every, table_of
 
 pytestmark = pytest.mark.spark
 
@@ -47,3 +47,11 @@ def test_the_chain_accounts_are_projected_the_same(spark: SparkSession) -> None:
     frame = spark.createDataFrame(table)
     spark_rows = expressions.project(frame, CHAIN_ACCOUNTS, CHAIN_ACCOUNT).toArrow()
     assert rows(spark_rows) == rows(declared.project(table, CHAIN_ACCOUNTS, CHAIN_ACCOUNT))
+
+
+@pytest.mark.parametrize("expr", [r[1] for r in ARRAY_RULES], ids=[r[0] for r in ARRAY_RULES])
+def test_spark_counts_the_arrays_pyarrow_counts(spark: SparkSession, expr: Expr) -> None:
+    frame = spark.createDataFrame(arrays_table())
+    assert frame.filter(expressions.column(expr)).count() == declared.count_where(
+        arrays_table(), expr
+    )

@@ -28,6 +28,7 @@ DDL = PACKAGE / "store" / "ddl.sql"
 WRITERS = {
     "accounts": "p2panda_assets/store/accounts.py",
     "checked_layers": "p2panda_assets/store/checked_layers.py",
+    "checked_tables": "p2panda_assets/store/checked_tables.py",
     "deleted_instances": "p2panda_assets/store/deleted_instances.py",
     "entries": "p2panda_assets/store/ingest.py",
     "index_state": "p2panda_assets/store/index_state.py",

@@ -10,7 +10,6 @@ added, and the check's cost does not grow with the schema's messages. An entry r
 across layers is what the index step rules out (appends continue each log after its
 tip); within the layers read, the model checks it."""
 
-from collections.abc import Callable
 from typing import Any
 
 import dagster as dg
@@ -25,6 +24,8 @@ from p2panda_assets.defs.assets import decoded_messages, decoded_of
 from p2panda_assets.defs.checks.tally import (
     ROWS,
     ArrowTally,
+    Checks,
+    SparkChecks,
     Tally,
     check_result,
     summarize,
@@ -52,7 +53,6 @@ from p2panda_assets.pipeline.kernels.declared import (
     Lit,
     Not,
 )
-from p2panda_assets.pipeline.spark.expressions import column as spark_column
 from p2panda_assets.pipeline.spark.watchdog import watched
 from p2panda_assets.protocol.hashing import HashAlgorithm
 from p2panda_assets.protocol.ids import AUTHOR_SIZE, parse_schema_id
@@ -65,36 +65,12 @@ HASH_SIZES = tuple(sorted(len(a.value) + a.digest_size for a in HashAlgorithm)) 
 ASSIGNMENTS = tuple(a.value for a in Assignment)
 
 
-class _SparkChecks:
-    """The decoded model's checks counted by a Spark `Tally`, each declared rule
-    (`pipeline.kernels.declared`) built as a Spark Column, so that the model is written
-    once for both backends (`ArrowTally`)."""
-
-    def __init__(self, tally: Tally) -> None:
-        self.tally = tally
-
-    def column(self, column: str, name: str, error: str, bad: Callable[[Expr], Expr]) -> pa.Check:
-        return self.tally.column(column, name, error, lambda _: spark_column(bad(Col(column))))
-
-    def not_null(self, column: str) -> pa.Check:
-        return self.tally.not_null(column)
-
-    def rows(self, name: str, error: str, bad: Expr, columns: tuple[str, ...]) -> pa.Check:
-        return self.tally.rows(name, error, spark_column(bad), columns)
-
-    def unique(self, name: str, error: str, columns: list[str]) -> pa.Check:
-        return self.tally.unique(name, error, columns)
-
-
-Checks = _SparkChecks | ArrowTally
-
-
 def decoded_model(schema_id: str, tally: Tally) -> pa.DataFrameSchema:
     """The decoded Parquet of one schema, as the reduction reads it (with the types of
     `pipeline.columnar.layers.DECODED_SPARK` imposed: a file whose column cannot be read
     as that type fails the read): pandera checks the types and the column set; every
     value check is counted by `tally`."""
-    return _model(schema_id, _SparkChecks(tally), pa, _SPARK_TYPES)
+    return _model(schema_id, SparkChecks(tally), pa, _SPARK_TYPES)
 
 
 def decoded_model_in_driver(schema_id: str, tally: ArrowTally) -> pandas_pa.DataFrameSchema:

@@ -2,7 +2,9 @@
 checks in one pass of a Spark frame, `ArrowTally`, the same counts of an Arrow table in the
 driver (for pandera's pandas backend: a small frame's check without a Spark job), and the
 findings as lines and a check result. A rule both count is declared once
-(`pipeline.kernels.declared`), and built as a Spark Column or a pyarrow Expression.
+(`pipeline.kernels.declared`), and built as a Spark Column (`SparkChecks`) or counted
+over the Arrow table (`ArrowTally`): a check's model is written once for both backends
+(`Checks`).
 
 `pandera.pyspark` does not raise: its findings are read from `df.pandera.errors`. Field
 columns are renamed `f0`, `f1`, ... in Spark (a field name is data: it may hold dots or
@@ -23,7 +25,8 @@ from pandera.config import ValidationDepth, config_context
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from p2panda_assets.pipeline.kernels.declared import Col, Expr, expression
+from p2panda_assets.pipeline.kernels.declared import Col, Expr, count_where
+from p2panda_assets.pipeline.spark.expressions import column as spark_column
 
 MAX_REPORTED = 20
 ROWS = "rows"  # Tally.count of every frame: its row count
@@ -106,6 +109,31 @@ class Tally:
         return pa.Check(check, name=name, error=f"{name}: {error}", label=name)
 
 
+class SparkChecks:
+    """A model's checks counted by a Spark `Tally`, each declared rule
+    (`pipeline.kernels.declared`) built as a Spark Column, so that a model is written
+    once for both backends (`ArrowTally`)."""
+
+    def __init__(self, tally: Tally) -> None:
+        self.tally = tally
+
+    @property
+    def findings(self) -> Findings:
+        return self.tally.findings
+
+    def column(self, column: str, name: str, error: str, bad: Callable[[Expr], Expr]) -> pa.Check:
+        return self.tally.column(column, name, error, lambda _: spark_column(bad(Col(column))))
+
+    def not_null(self, column: str) -> pa.Check:
+        return self.tally.not_null(column)
+
+    def rows(self, name: str, error: str, bad: Expr, columns: tuple[str, ...]) -> pa.Check:
+        return self.tally.rows(name, error, spark_column(bad), columns)
+
+    def unique(self, name: str, error: str, columns: list[str]) -> pa.Check:
+        return self.tally.unique(name, error, columns)
+
+
 class ArrowTally:
     """`Tally`'s counts of an Arrow table, in the driver: the checks of a pandera (pandas)
     model made here read them (the frame pandera is given is the table, as pandas).
@@ -119,7 +147,7 @@ class ArrowTally:
         self, column: str, name: str, error: str, bad: Callable[[Expr], Expr]
     ) -> pandas_pa.Check:
         """Fails on the rows where `bad(Col(column))` holds."""
-        failing = self.table.filter(expression(bad(Col(column)))).num_rows
+        failing = count_where(self.table, bad(Col(column)))
         return self._check(f"{column}: {name}", name, error, failing)
 
     def not_null(self, column: str) -> pandas_pa.Check:
@@ -129,7 +157,7 @@ class ArrowTally:
 
     def rows(self, name: str, error: str, bad: Expr, columns: tuple[str, ...]) -> pandas_pa.Check:
         """A frame check: fails on the rows where `bad` (of `columns`) holds."""
-        return self._check(name, name, error, self.table.filter(expression(bad)).num_rows)
+        return self._check(name, name, error, count_where(self.table, bad))
 
     def unique(self, name: str, error: str, columns: list[str]) -> pandas_pa.Check:
         distinct = self.table.group_by(columns).aggregate([([], "count_all")]).num_rows
@@ -137,6 +165,10 @@ class ArrowTally:
 
     def count_rows(self) -> int:
         return self.table.num_rows
+
+    def counted(self, key: str, name: str, error: str, failing: int) -> pandas_pa.Check:
+        """A check of `failing` rows counted by the caller (the findings' `key`)."""
+        return self._check(key, name, error, failing)
 
     def _check(self, key: str, name: str, error: str, failing: int) -> pandas_pa.Check:
         if failing:
@@ -162,15 +194,11 @@ def _as_pandas(table: arrow.Table) -> pd.DataFrame:
     return pd.DataFrame({name: table.column(name).to_pylist() for name in table.column_names})
 
 
+Checks = SparkChecks | ArrowTally  # how a model written once counts its checks
+
+
 def rows_where(predicate: Column) -> Column:
     return F.count(F.when(predicate, 1))
-
-
-def elements(column: Column, is_array: bool, bad: Callable[[Column], Column]) -> Column:
-    """`bad` of a scalar, or of any element of an array."""
-    if not is_array:
-        return column.isNotNull() & bad(column)
-    return column.isNotNull() & F.exists(column, bad)
 
 
 def validate(frame: DataFrame, model: pa.DataFrameSchema) -> dict:

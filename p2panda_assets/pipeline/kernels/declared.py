@@ -4,11 +4,13 @@ Spark Column in `pipeline.spark.expressions.column` (the Spark path). A rule cha
 here changes on both paths; a new column is added in one place.
 
 The tree has what these rules need and no more: a column, a literal, a byte string's
-length, comparison, set membership, null tests, and/or/not, `coalesce`, and `when` (null
-otherwise). Both builders give nulls SQL's meaning: a comparison with null is null, and
-a filter drops the rows where its predicate is null; only membership differs (pyarrow's
-is false for null where Spark's is null), so a rule that negates it says what a null is.
-The blocking decoded check's rules are declared here too (`defs.checks.decoded`)."""
+length, a text's length in characters, a regular expression's match, comparison, set
+membership, null tests, and/or/not, `coalesce`, `when` (null otherwise), and whether any
+element of an array holds a rule. Both builders give nulls SQL's meaning: a comparison
+with null is null, and a filter drops the rows where its predicate is null; only
+membership differs (pyarrow's is false for null where Spark's is null), so a rule that
+negates it says what a null is. The blocking checks' rules are declared here too
+(`defs.checks.decoded`, `defs.checks.table`)."""
 
 from __future__ import annotations
 
@@ -44,6 +46,31 @@ class Lit:
 @dataclass(frozen=True, slots=True)
 class Length:
     value: Expr  # a byte string's length in bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Chars:
+    value: Expr  # a text's length in characters
+
+
+@dataclass(frozen=True, slots=True)
+class Matches:
+    value: Expr  # a text
+    pattern: str  # holds a match of it (anchor it to match the whole): RE2 and Java alike
+
+
+@dataclass(frozen=True, slots=True)
+class AnyElement:
+    """Some element of the array `value` holds `rule`, which names the element
+    `Col(ELEMENT)` (false for an empty array; null or false for a null one). Counted in
+    the driver by `count_where` only, at the top of a rule: pyarrow has no Expression
+    for it."""
+
+    value: Expr
+    rule: Expr
+
+
+ELEMENT = "element"  # the element of an array, in an `AnyElement`'s rule
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +124,11 @@ class When:
     then: Expr  # null where `condition` is false or null
 
 
-Expr = Col | Lit | Length | Eq | Gt | In | IsNull | And | Or | Not | Coalesce | When
+Expr = (
+    (Col | Lit | Length | Chars | Matches | AnyElement | Eq | Gt | In | IsNull | And | Or | Not)
+    | Coalesce
+    | When
+)
 Columns = Mapping[str, Expr]  # a projection: each column's name and expression
 
 
@@ -155,6 +186,10 @@ def expression(expr: Expr) -> pc.Expression:
             return _scalar(pa.scalar(value, ARROW_TYPES[type_name]))
         case Length(value):
             return pc.binary_length(expression(value))
+        case Chars(value):
+            return pc.utf8_length(expression(value))
+        case Matches(value, pattern):
+            return pc.match_substring_regex(expression(value), pattern)
         case Eq(left, right):
             return expression(left) == expression(right)
         case Gt(left, right):
@@ -194,3 +229,15 @@ def project(table: pa.Table, columns: Columns, where: Expr | None = None) -> pa.
 def evaluated(table: pa.Table, expr: Expr) -> pa.ChunkedArray:
     """`expr` of each row of `table`, in its order."""
     return project(table, {"value": expr})["value"]
+
+
+def count_where(table: pa.Table, rule: Expr) -> int:
+    """How many rows of `table` `rule` holds for (a filter's count: null is not), an
+    `AnyElement` at its top counted over the array's elements, each row once."""
+    if not isinstance(rule, AnyElement):
+        return table.filter(expression(rule)).num_rows
+    arrays = evaluated(table, rule.value).combine_chunks()
+    elements = pa.table({ELEMENT: pc.list_flatten(arrays)})
+    holds = evaluated(elements, rule.rule).combine_chunks()
+    rows = pc.list_parent_indices(arrays).filter(holds)  # a null is dropped, as filters do
+    return len(pc.unique(rows))

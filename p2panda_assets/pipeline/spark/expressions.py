@@ -7,7 +7,10 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from p2panda_assets.pipeline.kernels.declared import (
+    ELEMENT,
     And,
+    AnyElement,
+    Chars,
     Coalesce,
     Col,
     Columns,
@@ -18,39 +21,53 @@ from p2panda_assets.pipeline.kernels.declared import (
     IsNull,
     Length,
     Lit,
+    Matches,
     Not,
     Or,
     When,
 )
 
 
-def column(expr: Expr) -> Column:
-    """`expr` as a Spark Column."""
+def column(expr: Expr, element: Column | None = None) -> Column:
+    """`expr` as a Spark Column; `element`: what `Col(ELEMENT)` is (inside an
+    `AnyElement`'s rule)."""
+
+    def of(inner: Expr) -> Column:
+        return column(inner, element)
+
     match expr:
         case Col(name):
+            if name == ELEMENT and element is not None:
+                return element
             return F.col(name)
         case Lit(value, type_name):
             return F.lit(value).cast(type_name)
         case Length(value):
-            return F.length(column(value))
+            return F.length(of(value))  # bytes of a binary value
+        case Chars(value):
+            return F.length(of(value))  # characters of a string
+        case Matches(value, pattern):
+            return of(value).rlike(pattern)
+        case AnyElement(value, rule):
+            return F.exists(of(value), lambda x: column(rule, x))
         case Eq(left, right):
-            return column(left) == column(right)
+            return of(left) == of(right)
         case Gt(left, right):
-            return column(left) > column(right)
+            return of(left) > of(right)
         case In(value, among):
-            return column(value).isin(list(among))
+            return of(value).isin(list(among))
         case IsNull(value):
-            return column(value).isNull()
+            return of(value).isNull()
         case And(left, right):
-            return column(left) & column(right)
+            return of(left) & of(right)
         case Or(left, right):
-            return column(left) | column(right)
+            return of(left) | of(right)
         case Not(value):
-            return ~column(value)
+            return ~of(value)
         case Coalesce(values):
-            return F.coalesce(*map(column, values))
+            return F.coalesce(*map(of, values))
         case When(condition, then):
-            return F.when(column(condition), column(then))
+            return F.when(of(condition), of(then))
     raise TypeError(expr)
 
 
