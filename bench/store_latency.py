@@ -18,7 +18,8 @@ chained layers the store holds after it, so a sample that crossed the layer limi
     .venv/bin/python bench/store_latency.py --rate 20 --seconds 60
 
 `--rate N --seconds S` streams N entries a second for S seconds instead (as
-bench/latency.py does into an empty store), each timed until it is carried.
+bench/latency.py does into an empty store), each timed until it is carried; then the
+stream's runs are summed up (`runs_since`: their queue wait, length and steps).
 
 The last line printed is JSON: `median_latency_s`, `p95_latency_s`, `max_latency_s`, the
 samples with their phases and layers, and how the store was built.
@@ -263,6 +264,42 @@ class Watcher:
             time.sleep(0.2)
 
 
+def runs_since(begin: float) -> dict[str, object]:
+    """The runs created since `begin` (a Unix timestamp): how many, their wait in the
+    queue, their length, and each step's, as median and max (steps: also how many ran),
+    from Dagster's run records and step stats. What a stream's latency is made of."""
+    import dagster as dg
+
+    with dg.DagsterInstance.get() as instance:
+        records = [
+            r
+            for r in instance.get_run_records(limit=100_000)
+            if r.create_timestamp.timestamp() >= begin
+        ]
+        waits, lengths = [], []
+        steps: dict[str, list[float]] = {}
+        for record in records:
+            created = record.create_timestamp.timestamp()
+            if record.start_time is not None:
+                waits.append(record.start_time - created)
+                if record.end_time is not None:
+                    lengths.append(record.end_time - record.start_time)
+            for stat in instance.get_run_step_stats(record.dagster_run.run_id):
+                if stat.start_time is not None and stat.end_time is not None:
+                    steps.setdefault(stat.step_key, []).append(stat.end_time - stat.start_time)
+
+    def spread(values: list[float]) -> dict[str, float]:
+        ordered = sorted(values) or [0.0]
+        return {"median": round(ordered[len(ordered) // 2], 2), "max": round(ordered[-1], 2)}
+
+    return {
+        "runs": len(records),
+        "queue_s": spread(waits),
+        "run_s": spread(lengths),
+        "steps_s": {key: {"ran": len(v), **spread(v)} for key, v in sorted(steps.items())},
+    }
+
+
 def stream(
     entries: int, rate: float, seconds: float, seed: int, workers: int, authors: int
 ) -> dict[str, object]:
@@ -289,6 +326,9 @@ def stream(
         watcher.thread.join()
         if len(watcher.seen) < count:
             raise TimeoutError(f"{count - len(watcher.seen)} of {count} not carried after 900 s")
+        time.sleep(5)  # the last runs' checks end after their tables are swapped
+        ran = runs_since(begin)
+        print(f"runs: {ran}", flush=True)
     shutil.rmtree(run.home, ignore_errors=True)
     hashes = [decode_entry(entry).hash for entry, _, _ in plan]
     latencies = [watcher.seen[h] - at for h, at in zip(hashes, ingested, strict=True)]
@@ -306,6 +346,7 @@ def stream(
         "median_latency_s": round(ordered[len(ordered) // 2], 2),
         "p95_latency_s": round(percentile(ordered, 0.95), 2),
         "max_latency_s": round(ordered[-1], 2),
+        "runs": ran,
     }
 
 
