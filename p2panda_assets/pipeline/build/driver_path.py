@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from p2panda_assets.engine.corpus import Catalog
-from p2panda_assets.pipeline.columnar.arrow_io import layers_dataset, scan
+from p2panda_assets.pipeline.columnar.arrow_io import layers_dataset, scan, scan_batches
 from p2panda_assets.pipeline.kernels.batches import Row, arrow_schema, output_batches, python_rows
 from p2panda_assets.pipeline.kernels.declared import (
     MESSAGE_KEY,
@@ -65,19 +65,29 @@ def touched_locally(
     """`increments.touched_messages` of the store's messages (`dataset`, None for none:
     `arrow_io.layers_dataset`): every assigned message of
     the increments' schemas that creates or names one of `keys`, and their new messages
-    that name none, each with `built_batch`: a table in log order (author, log, seq)."""
+    that name none, each with `built_batch`: a table in log order (author, log, seq).
+    The schemas' messages are read a batch at a time, and only the touched kept: the
+    driver holds a batch of them, whatever the schemas hold."""
     if dataset is None:
         return pa.table({name: [] for name in (*READ, "built_batch")})
-    table = scan(dataset, list(READ), expression(assigned_to(increments)))
-    schemas = cast(list[str], table["schema"].to_pylist())
-    built = pa.array([increments[s] for s in schemas], pa.int64())
-    keyed = table.append_column("built_batch", built)
-    keyed = keyed.append_column("key", evaluated(keyed, MESSAGE_KEY))
-    named = pc.is_in(keyed["key"], value_set=pa.array(list(keys), pa.binary()))
-    marked = pc.fill_null(named, pa.scalar(False))
-    wanted = pc.or_(cast(pa.ChunkedArray, marked), evaluated(keyed, NEW_WITHOUT_KEY))
-    touched = keyed.filter(wanted).drop_columns(["key"])
+    named = pa.array(list(keys), pa.binary())
+    wanted = expression(assigned_to(increments))
+    parts = [_touched(b, increments, named) for b in scan_batches(dataset, list(READ), wanted)]
+    if not parts:  # none of the schemas' messages: the columns, typed
+        parts = [_touched(scan(dataset, list(READ), pc.scalar(False)), increments, named)]
+    touched = pa.concat_tables(parts)
     return touched.sort_by([("author", "ascending"), ("log_id", "ascending"), ("seq", "ascending")])
+
+
+def _touched(messages: pa.Table, increments: Mapping[str, int], named: pa.Array) -> pa.Table:
+    """The `messages` an increment reduces again (`touched_locally`), with `built_batch`."""
+    schemas = cast(list[str], messages["schema"].to_pylist())
+    built = pa.array([increments[s] for s in schemas], pa.int64())
+    keyed = messages.append_column("built_batch", built)
+    keyed = keyed.append_column("key", evaluated(keyed, MESSAGE_KEY))
+    marked = pc.fill_null(pc.is_in(keyed["key"], value_set=named), pa.scalar(False))
+    wanted = pc.or_(cast(pa.ChunkedArray, marked), evaluated(keyed, NEW_WITHOUT_KEY))
+    return keyed.filter(wanted).drop_columns(["key"])
 
 
 def reduce_locally(catalog: Catalog, touched: pa.Table, store: ds.Dataset | None) -> pa.Table:

@@ -160,15 +160,13 @@ def message_digests(sums: LayerSums, built: Mapping[str, int]) -> dict[str, Dige
 class BuildPlan:
     """What each schema of a build will be built from (`states`, recorded with its
     table), which of them are incremental (schema -> batch its table holds), and which
-    are built whole before the increments (`first`; the others after them), how many
-    new messages the increments add, and how many messages their schemas hold in all
-    (what sizes their path, `pipeline.build.paths`)."""
+    are built whole before the increments (`first`; the others after them), and how
+    many new messages the increments add (what sizes their path, `pipeline.build.paths`)."""
 
     states: dict[str, BuildState]
     increments: dict[str, int]
     first: frozenset[str] = frozenset()
     new_messages: int = 0
-    messages: int = 0
 
 
 def plan_builds(
@@ -211,8 +209,7 @@ def plan_builds(
     for schema_id in cascading_from(catalog, increments, last):
         del increments[schema_id]
     new = sum(digests[s].new for s in increments)
-    held = sum(digests[s].total for s in increments)
-    return BuildPlan(states, increments, frozenset(whole - last), new, held)
+    return BuildPlan(states, increments, frozenset(whole - last), new)
 
 
 def layers_after(conn: psycopg.Connection, layers: Sequence[str], batch: int) -> list[str]:

@@ -5,8 +5,8 @@ make; `building.build_increments` does that through one of these:
 - `SparkSteps`: Spark jobs over the chained layers, the path of large increments;
 - `DriverSteps`: the same rules in the process that runs the build, with pyarrow
   (`pipeline.build.driver_path`), for an increment of at most `arrow_io.driver_path_messages()`
-  new messages to schemas of at most `arrow_io.driver_path_entries()` messages: no Spark
-  job's fixed cost for the few messages a published entry brings.
+  new messages, whatever its schemas hold (their messages are streamed): no Spark job's
+  fixed cost for the few messages a published entry brings.
 
 `choose_steps` picks one by size, and falls back to Spark where pyarrow cannot open the
 warehouse (`arrow_io.readable`, which says so once). The path taken is the outcome's `path`.
@@ -34,7 +34,6 @@ from p2panda_assets.pipeline.build.increments import BuildPlan, new_keys, touche
 from p2panda_assets.pipeline.build.reduction import COLLECTED, reduce_instance_logs
 from p2panda_assets.pipeline.build.staging import stage_reduced
 from p2panda_assets.pipeline.columnar.arrow_io import (
-    driver_path_entries,
     driver_path_messages,
     layers_dataset,
     readable,
@@ -165,10 +164,10 @@ def choose_steps(
     spark: SparkSession, index: IndexResult, catalog: Catalog, plan: BuildPlan
 ) -> IncrementSteps:
     """The driver path for an increment of at most `driver_path_messages()` new
-    messages, whose schemas hold at most `driver_path_entries()` messages in all (the
-    driver reads them all: `arrow_io.scan`), and whose warehouse pyarrow can open;
-    else Spark."""
-    small = plan.new_messages <= driver_path_messages()
-    if small and plan.messages <= driver_path_entries() and readable(index.warehouse.base):
+    messages whose warehouse pyarrow can open; else Spark. Its schemas' messages are
+    streamed (`driver_path.touched_locally`), so what they hold does not bound it: the
+    stream into the 1M store built its runs' increments over every schema in Spark,
+    2.3 s a run (median), up to 7.1 s, where the driver scans the store in ~0.3 s."""
+    if plan.new_messages <= driver_path_messages() and readable(index.warehouse.base):
         return DriverSteps(index, catalog)
     return SparkSteps(spark, index, catalog)

@@ -1,8 +1,8 @@
 """The columnar store read and written in the driver, with pyarrow: the driver path
 (`pipeline.index.paths`, `pipeline.build.paths`), which an index step takes for at most
 `driver_path_entries()` entries to chain, and an increment for at most
-`driver_path_messages()` new messages to schemas of at most `driver_path_entries()`
-messages. The same files Spark reads and writes (`pipeline.columnar.layers`,
+`driver_path_messages()` new messages (its scan of their schemas' messages streams:
+`scan_batches`). The same files Spark reads and writes (`pipeline.columnar.layers`,
 `pipeline.index.verify`), through `pyarrow.fs`: a local path or `file://`, `s3a://` as S3,
 `hdfs://`. A root pyarrow cannot open (no credentials, no libhdfs) raises
 `LocalReadUnavailable`, and the caller takes the Spark path."""
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -32,11 +32,11 @@ SCHEMA_PARTITIONING = ds.partitioning(pa.schema([("schema", pa.string())]), flav
 
 
 # The driver path's bounds (bench/driver_path.py and bench/pipeline.py, docs/live-path.md).
-# Entries: the most a driver-path step reads, an index step's entries to chain or the
-# messages of an increment's schemas (pyarrow decodes all it reads: ~0.5 GB for a million
-# messages); at 100k, a whole run of 100k entries took 14.7 s against 17.8 s in Spark.
+# Entries: the most an index step chains in the driver, and the most rows a blocking check
+# reads there; at 100k, a whole run of 100k entries took 14.7 s against 17.8 s in Spark.
 # Messages: the most new messages an increment reduces in the driver (on a store of 1M,
-# 10 in 1.2 s against 3.7 s, 20,000 in 6.1 s against 8.8 s). -1 turns either off.
+# 10 in 1.2 s against 3.7 s, 20,000 in 6.1 s against 8.8 s), whatever its schemas hold:
+# their messages are streamed. -1 turns either off.
 DRIVER_PATH_ENVS = (ENVIRONMENT["driver_path_entries"], ENVIRONMENT["driver_path_messages"])
 
 
@@ -124,12 +124,36 @@ def write_batch(table: pa.Table, path: str) -> None:
     )
 
 
+# How far a driver-path scan reads ahead: a batch, a file. pyarrow decodes every row of
+# a batch before the filter drops most, and its defaults (16 batches, 4 files) held
+# ~0.5 GB of decoded messages at once in a scan of the 1M store's messages (bench's
+# store: all 20 schemas' messages marked for 400 instances, 0.45-0.94 s and 800 MiB of
+# RSS at its peak, against 0.30-0.36 s and 425 MiB a batch at a time).
+READ_AHEAD = 1
+
+
 def scan(dataset: ds.Dataset, columns: list[str], filter: ds.Expression) -> pa.Table:
-    """The rows of `dataset` that `filter` keeps, of `columns`. pyarrow decodes every
-    row of the files it reads before the filter drops most: a scan of a million messages
-    with their payloads grows this process by ~0.5 GB (bench/pipeline.py at 1M), which is
-    why an increment takes the driver path only over few messages (`pipeline.build.paths`)."""
-    return dataset.to_table(columns=columns, filter=filter)
+    """The rows of `dataset` that `filter` keeps, of `columns`, read a batch at a time."""
+    return _scanner(dataset, columns, filter).to_table()
+
+
+def scan_batches(
+    dataset: ds.Dataset, columns: list[str], filter: ds.Expression
+) -> Iterator[pa.Table]:
+    """`scan`, a batch at a time (none empty): a caller that keeps a few rows of each
+    holds no more than a batch of the rest."""
+    for batch in _scanner(dataset, columns, filter).to_batches():
+        if batch.num_rows:
+            yield pa.Table.from_batches([batch])
+
+
+def _scanner(dataset: ds.Dataset, columns: list[str], filter: ds.Expression) -> ds.Scanner:
+    return dataset.scanner(
+        columns=columns,
+        filter=filter,
+        batch_readahead=READ_AHEAD,
+        fragment_readahead=READ_AHEAD,
+    )
 
 
 _said: set[str] = set()
