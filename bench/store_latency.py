@@ -38,6 +38,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from latency import (  # bench/, beside this script
     ROOT,
@@ -278,6 +279,7 @@ def runs_since(begin: float) -> dict[str, object]:
         ]
         waits, lengths = [], []
         steps: dict[str, list[float]] = {}
+        tables: list[tuple[float, str]] = []  # the table step's seconds, and its run
         for record in records:
             created = record.create_timestamp.timestamp()
             if record.start_time is not None:
@@ -286,7 +288,11 @@ def runs_since(begin: float) -> dict[str, object]:
                     lengths.append(record.end_time - record.start_time)
             for stat in instance.get_run_step_stats(record.dagster_run.run_id):
                 if stat.start_time is not None and stat.end_time is not None:
-                    steps.setdefault(stat.step_key, []).append(stat.end_time - stat.start_time)
+                    seconds = stat.end_time - stat.start_time
+                    steps.setdefault(stat.step_key, []).append(seconds)
+                    if stat.step_key == "materialized_table":
+                        tables.append((seconds, record.dagster_run.run_id))
+        slowest = [built(instance, run_id, seconds) for seconds, run_id in sorted(tables)[-3:]]
 
     def spread(values: list[float]) -> dict[str, float]:
         ordered = sorted(values) or [0.0]
@@ -297,7 +303,31 @@ def runs_since(begin: float) -> dict[str, object]:
         "queue_s": spread(waits),
         "run_s": spread(lengths),
         "steps_s": {key: {"ran": len(v), **spread(v)} for key, v in sorted(steps.items())},
+        "slowest_tables": slowest,
     }
+
+
+def built(instance: Any, run_id: str, seconds: float) -> dict[str, object]:
+    """What a run's table step built (its materialization's metadata), for a slow one:
+    the schemas of its batch, whether incremental, and on which path."""
+    import dagster as dg
+
+    events = instance.get_records_for_run(
+        run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
+    ).records
+    shown: dict[str, object] = {"seconds": round(seconds, 2)}
+    for event in events:
+        materialization = event.event_log_entry.asset_materialization
+        if materialization and materialization.asset_key == dg.AssetKey("materialized_table"):
+            metadata = materialization.metadata
+            for key in ("status", "incremental", "build_path"):
+                if key in metadata:
+                    shown[key] = metadata[key].value
+    logs = instance.all_logs(run_id)
+    shown["built_together"] = next(
+        (e.user_message for e in logs if "built in one Spark job" in (e.user_message or "")), ""
+    )[:200]
+    return shown
 
 
 def stream(
