@@ -28,6 +28,7 @@ from p2panda_assets.pipeline.kernels.cascade import (
     cascade_targets,
     cascading_from,
 )
+from p2panda_assets.pipeline.spark.jvm_failures import cleaned_up
 from p2panda_assets.statuses import Assignment, BuildPath, BuildStatus
 from p2panda_assets.store import tables
 from p2panda_assets.store.tables import BuildState, Outcome
@@ -46,28 +47,25 @@ def build_whole(
         outcome.path = BuildPath.SPARK
     decoded = ctx.index.decoded(ctx.spark)
     broadcast = ctx.spark.sparkContext.broadcast(ctx.catalog)
-    try:
-        with writing.stage_tables(ctx, outcomes, deleted_sets=True) as staged:
-            if decoded is not None:
-                items = decoded.filter(
-                    F.col("schema").isin(schema_ids)
-                    & (F.col("assignment") == Assignment.ASSIGNED.value)
-                )
-                reduced, errors = reduce_instance_logs(items, decoded, broadcast, ["error"])
-                ok = writing.fail_errors(ctx, errors, by_id)
-                instances = reduced.filter(
-                    (F.col("row_type") == "instance") & F.col("schema").isin(ok)
-                )
-                deleted = deleted_instances(ctx.spark, ctx.conn, ctx.catalog, instances, ok)
-                writing.write_reduced(ctx, reduced, [by_id[s] for s in ok], deleted, staged)
-            writing.index_shared(ctx, staged)
-            failpoint(Failpoint.STAGED)
-            writing.swap_in(ctx, outcomes, staged, states)
-    finally:
-        # What this build persisted (the reduction, the cascade's rounds): the session
-        # outlives the run in the resident worker, and runs never share cached frames.
-        ctx.spark.catalog.clearCache()
-        broadcast.unpersist()
+    # What this build persisted (the reduction, the cascade's rounds) goes at its end: the
+    # session outlives the run in the resident worker, and runs never share cached frames.
+    with (
+        cleaned_up(ctx.spark.catalog.clearCache, broadcast.unpersist),
+        writing.stage_tables(ctx, outcomes, deleted_sets=True) as staged,
+    ):
+        if decoded is not None:
+            items = decoded.filter(
+                F.col("schema").isin(schema_ids)
+                & (F.col("assignment") == Assignment.ASSIGNED.value)
+            )
+            reduced, errors = reduce_instance_logs(items, decoded, broadcast, ["error"])
+            ok = writing.fail_errors(ctx, errors, by_id)
+            instances = reduced.filter((F.col("row_type") == "instance") & F.col("schema").isin(ok))
+            deleted = deleted_instances(ctx.spark, ctx.conn, ctx.catalog, instances, ok)
+            writing.write_reduced(ctx, reduced, [by_id[s] for s in ok], deleted, staged)
+        writing.index_shared(ctx, staged)
+        failpoint(Failpoint.STAGED)
+        writing.swap_in(ctx, outcomes, staged, states)
 
 
 def build_first(
@@ -121,7 +119,7 @@ def build_increments(
     conn, catalog = ctx.conn, ctx.catalog
     by_id = {o.schema_id: o for o in outcomes}
     steps = choose_steps(ctx.spark, ctx.index, catalog, plan)
-    try:
+    with cleaned_up(steps.close):
         after = min(plan.increments.values())
         keys = steps.new_keys(layers_after(conn, ctx.index.layers, after), after) | deleted_anew
         keys |= reached_rows(conn, catalog, list(by_id), keys)
@@ -154,8 +152,6 @@ def build_increments(
                     plan.states[schema_id],
                 )
         return [by_id[s] for s in by_id if s in whole]
-    finally:
-        steps.close()
 
 
 def _reduced_again(

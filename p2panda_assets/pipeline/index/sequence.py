@@ -30,6 +30,7 @@ from p2panda_assets.pipeline.index.accounts import schema_account_rows
 from p2panda_assets.pipeline.index.log_plan import STORED, PlanTotals, changes_a_kept_plan
 from p2panda_assets.pipeline.kernels.batches import Row
 from p2panda_assets.pipeline.kernels.chain import ref_columns, ref_from_columns
+from p2panda_assets.pipeline.spark.jvm_failures import cleaned_up
 from p2panda_assets.protocol.log import LogTip
 from p2panda_assets.statuses import BuildPath
 from p2panda_assets.store import pipeline_state as state_sql
@@ -328,8 +329,8 @@ class IndexSteps(ABC, Generic[FrameT]):
         the driver holds them. Nothing here holds a row per chained log: the plans stay
         on the path, and the sequence reads their `PlanTotals`."""
         chained = self.chain(new, held, dict(how.tips))
-        planned: FrameT | None = None
-        try:
+        kept = [chained]  # what the step persisted, released at its end
+        with cleaned_up(lambda: [self.release(frame) for frame in kept]):
             kept_schemas = {key for key, old in how.stored.items() if old.summary.is_schema}
             found = self.schema_logs(chained, kept_schemas)
             schema_keys = kept_schemas | {
@@ -342,6 +343,7 @@ class IndexSteps(ABC, Generic[FrameT]):
             if _changes_a_kept_plan(conn, how, found, catalog, order):
                 return CATALOG_CHANGED
             planned = self.plan(chained, stored_rows(how.stored), catalog, order)
+            kept.append(planned)
             totals = self.totals(planned)
             if totals.changed:
                 return CATALOG_CHANGED
@@ -355,10 +357,6 @@ class IndexSteps(ABC, Generic[FrameT]):
             self.commit(conn, url, accounts, planned, run, how.commit(conn, run))
             if run is not None:
                 keep_layer_sums(conn, run, layers, totals.sums)
-        finally:
-            self.release(chained)
-            if planned is not None:
-                self.release(planned)
         return IndexResult(
             0,
             state_sql.count_logs(conn) if isinstance(how, Appended) else totals.logs,

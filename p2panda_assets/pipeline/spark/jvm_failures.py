@@ -11,6 +11,7 @@ stages are dropped by the database connection, which outlives the JVM.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -25,6 +26,8 @@ from p2panda_assets.pipeline.spark.session import (
     entries_per_partition,
     spark_master,
 )
+
+log = logging.getLogger(__name__)
 
 SPARK_OOM_EXIT = 52  # org.apache.spark.util.SparkExitCode.OOM
 EXIT_WAIT_SECONDS = 5.0  # the JVM's shutdown hooks run before it exits
@@ -121,3 +124,23 @@ def jvm_failures_explained(
             message = out_of_memory_message(master, None if logs is None else logs())
             raise P2pandaError(Reason.OUT_OF_MEMORY, message) from error
         raise
+
+
+@contextmanager
+def cleaned_up(*cleanups: Callable[[], object]) -> Iterator[None]:
+    """Run the block, then each of `cleanups` (what a step persisted or broadcast). If
+    the block failed, a cleanup that fails too is logged, and the block's error is the
+    one raised: a JVM that died under the block fails every later call into it, and a
+    cleanup's error (`unpersist` of a broadcast) hid an out-of-memory from
+    `jvm_failures_explained`, which then could not name it."""
+    try:
+        yield
+    except BaseException:
+        for cleanup in cleanups:
+            try:
+                cleanup()
+            except Exception as error:  # the block's error says what went wrong
+                log.warning("a cleanup after a failed step failed too: %r", error)
+        raise
+    for cleanup in cleanups:
+        cleanup()
