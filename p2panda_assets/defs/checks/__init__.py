@@ -1,15 +1,17 @@
 """Asset checks: what each partition's data must look like, whatever wrote it.
 
-- `decoded_messages_match_their_model` (`decoded`, blocking): a pandera (pyspark) model
-  of the decoded Parquet; a bad decoded set stops before the plan and the table.
+- `decoded_messages_match_their_model` (`decoded`, blocking): a pandera model of the
+  decoded Parquet; a bad decoded set stops before the plan and the table.
 - `table_matches_the_current_lens` (`table`, blocking): a pandera model derived from the
-  migration plan's current lens, over the PostgreSQL table, plus the table's column types
-  as PostgreSQL declares them (Spark reads varchar and text alike).
+  migration plan's current lens (`table_model`), over the PostgreSQL table's rows a run
+  wrote (or all of them), plus the table's column types as PostgreSQL declares them
+  (Spark reads varchar and text alike).
 - `entries_are_accounted` (`accounting`): applied + superseded + pending + rejected = the
   stored entries of the schema's logs, each accounted exactly once (rule A-ONCE).
 
-The pandera building blocks (`Tally`, findings as lines) are in `tally`; the SQL the
-checks run is in `store.accounting` and `store.columns`.
+The pandera building blocks (`Tally`, `ArrowTally`, findings as lines) are in `tally`;
+the SQL the checks run is in `store.accounting`, `store.columns` and
+`store.checked_tables`.
 """
 
 import warnings
