@@ -87,10 +87,11 @@ def _materialize(ctx: BuildContext, schema_ids: Sequence[str]) -> list[Outcome]:
         building.build_whole(ctx, [outcomes[s] for s in ready], {})
         return readiness.all()
     plan = planning.build_plan(ctx, readiness)
-    deleted_anew: set[bytes] = set()
+    deleted_anew = set(plan.deleted_anew)  # what builds in other runs deleted since
     if plan.first:
         first = [outcomes[s] for s in ready if s in plan.first]
-        plan, deleted_anew = building.build_first(ctx, first, plan)
+        plan, deleted_first = building.build_first(ctx, first, plan)
+        deleted_anew |= deleted_first
     whole = [outcomes[s] for s in ready if s not in plan.increments and s not in plan.first]
     if plan.increments:
         # Before the rest: a whole build may cascade from their deleted sets.

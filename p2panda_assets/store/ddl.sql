@@ -100,6 +100,12 @@ CREATE TABLE IF NOT EXISTS p2panda.deleted_instances (
     instance_id bytea NOT NULL,
     PRIMARY KEY (schema_id, instance_id)
 );
+-- The order ids joined their sets in: a table's build state records each set it
+-- cascades from as (size, newest `added`), so a later build tells a set that only grew
+-- since (its ids up to that mark all there) and finds the ids added since
+-- (store/tables.py `grown_deletes`).
+ALTER TABLE p2panda.deleted_instances ADD COLUMN IF NOT EXISTS added bigserial;
+CREATE INDEX IF NOT EXISTS deleted_instances_added ON p2panda.deleted_instances (schema_id, added);
 
 -- What the last index step saw (store size, newest entry, registered schemas): a run that
 -- finds the same has nothing to chain or assign again.

@@ -11,7 +11,9 @@ of the schema is incremental when
   log assigned elsewhere or a duplicate now) and none joined (a log newly assigned
   here, an entry that filled a gap in its log), so every log of the schema only grew,
 - the deleted sets of the other schemas its cascades read are those its table was
-  written with (a run that built one of those schemas alone may have changed them),
+  written with, or only grew since (a run that built one of those schemas alone added
+  deletes to it): the rows pointing at the ids added since are reduced again with the
+  rest (`BuildPlan.deleted_anew`),
 - no message of it is held pending (a change anywhere in the catalog may release it),
 - its table is there, and no schema its cascade fields name is built whole after the
   increments (a schema built whole before them, one that cascades from none of them,
@@ -160,13 +162,17 @@ def message_digests(sums: LayerSums, built: Mapping[str, int]) -> dict[str, Dige
 class BuildPlan:
     """What each schema of a build will be built from (`states`, recorded with its
     table), which of them are incremental (schema -> batch its table holds), and which
-    are built whole before the increments (`first`; the others after them), and how
-    many new messages the increments add (what sizes their path, `pipeline.build.paths`)."""
+    are built whole before the increments (`first`; the others after them), how many
+    new messages the increments add (what sizes their path, `pipeline.build.paths`), and
+    the ids that joined the deleted sets the increments cascade from since their tables
+    were written (`tables.grown_deletes`: builds of those schemas in other runs), whose
+    rows the increments reduce again."""
 
     states: dict[str, BuildState]
     increments: dict[str, int]
     first: frozenset[str] = frozenset()
     new_messages: int = 0
+    deleted_anew: frozenset[bytes] = frozenset()
 
 
 def plan_builds(
@@ -194,22 +200,26 @@ def plan_builds(
         for s in schema_ids
     }
     holding = tables.schemas_holding_messages(conn, list(previous))
-    increments = {
-        s: was.batch
+    candidates = {
+        s: was
         for s, was in previous.items()
         if was.lens == states[s].lens
         and was.digest == digests[s].before
-        and not tables.cascades_changed(conn, was, states[s].cascades_from)
         and s not in holding
         and digests[s].new <= NEW_SHARE * digests[s].total
         and tables.table_exists(conn, table_name_for(s))
     }
+    grown = {
+        s: tables.grown_deletes(conn, was, states[s].cascades_from) for s, was in candidates.items()
+    }
+    increments = {s: candidates[s].batch for s, ids in grown.items() if ids is not None}
     whole = set(schema_ids) - set(increments)
     last = cascading_from(catalog, whole, set(increments))
     for schema_id in cascading_from(catalog, increments, last):
         del increments[schema_id]
     new = sum(digests[s].new for s in increments)
-    return BuildPlan(states, increments, frozenset(whole - last), new)
+    anew = frozenset(h for s in increments for h in grown[s] or ())
+    return BuildPlan(states, increments, frozenset(whole - last), new, anew)
 
 
 def layers_after(conn: psycopg.Connection, layers: Sequence[str], batch: int) -> list[str]:
