@@ -30,7 +30,7 @@ from p2panda_assets.pipeline.spark.session import (
 log = logging.getLogger(__name__)
 
 SPARK_OOM_EXIT = 52  # org.apache.spark.util.SparkExitCode.OOM
-EXIT_WAIT_SECONDS = 5.0  # the JVM's shutdown hooks run before it exits
+EXIT_WAIT_SECONDS = 15.0  # the JVM's shutdown hooks run before it exits (slower when loaded)
 
 
 def jvm_exit_code(spark: SparkSession, wait: float = EXIT_WAIT_SECONDS) -> int | None:
@@ -120,6 +120,10 @@ def jvm_failures_explained(
         yield
     except (Py4JError, ConnectionError) as error:
         if ran_out_of_memory(spark, error):
+            # The JVM is exiting (Spark's handler ends it with 52): the run fails once it
+            # is gone, so that nothing after it (the resident worker's next run) meets a
+            # session half shut down. An error that names the heap comes before the exit.
+            jvm_exit_code(spark)
             master = spark.sparkContext.master or spark_master()
             message = out_of_memory_message(master, None if logs is None else logs())
             raise P2pandaError(Reason.OUT_OF_MEMORY, message) from error
