@@ -419,15 +419,21 @@ def test_table_check_fails_on_a_null_system_column_and_a_dead_version(store: Sto
     assert "_version: isin" in evaluation.description
 
 
-def test_table_check_fails_on_a_repeated_instance_and_a_seq_below_one(store: Store) -> None:
-    """Without its primary key the table takes a second row of an instance; uniqueness,
-    nullability and ranges are counted like every other check."""
-    table = table_name_for(store.mail)
+def primary_key(store: Store, table: str) -> str:
+    """The name of `table`'s primary key constraint (a test drops it to let a row repeat)."""
     with store.connect() as conn:
         [key] = conn.execute(
             "SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'p'",
             (table,),
         ).fetchone()
+    return key
+
+
+def test_table_check_fails_on_a_repeated_instance_and_a_seq_below_one(store: Store) -> None:
+    """Without its primary key the table takes a second row of an instance; uniqueness,
+    nullability and ranges are counted like every other check."""
+    table = table_name_for(store.mail)
+    key = primary_key(store, table)
     with tampered_table(
         store,
         f"ALTER TABLE {table} DROP CONSTRAINT {key}",
@@ -454,11 +460,7 @@ def test_the_table_check_says_the_same_in_the_driver_and_in_spark(store: Store, 
     validation at the current version, a null array element): both backends give the
     same description, the same failing rows and the same metadata, but for where it ran."""
     mail, profile = table_name_for(store.mail), table_name_for(store.profile)
-    with store.connect() as conn:
-        [key] = conn.execute(
-            "SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'p'",
-            (mail,),
-        ).fetchone()
+    key = primary_key(store, mail)
     with tampered_table(
         store,
         f"ALTER TABLE {mail} DROP CONSTRAINT {key}",
