@@ -356,10 +356,8 @@ def deleted_key(conn: psycopg.Connection, schema_ids: Sequence[str]) -> str:
     whose cascades read them needs no change for them)."""
     if not schema_ids:
         return ""
-    sets = {s: mark for s, mark in _deleted_marks(conn, schema_ids).items()}
-    return ";".join(
-        f"{s}={sets.get(s, (0, 0))[0]}@{sets.get(s, (0, 0))[1]}" for s in sorted(schema_ids)
-    )
+    marks = _deleted_marks(conn, schema_ids)
+    return ";".join("{}={}@{}".format(s, *marks.get(s, (0, 0))) for s in sorted(schema_ids))
 
 
 def _deleted_marks(

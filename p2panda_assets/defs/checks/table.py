@@ -14,6 +14,7 @@ import psycopg
 import pyarrow as arrow
 from dagster_pyspark import PySparkResource
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
 
 from p2panda_assets.defs.assets import (
     MigrationPlan,
@@ -165,6 +166,14 @@ def _built_here(context: dg.AssetCheckExecutionContext) -> bool:
     return bool(latest) and latest[0].run_id == context.run.run_id
 
 
+def internal_columns(plan: MigrationPlan, present: list[str]) -> list[tuple[str, T.DataType]]:
+    """The table's `present` columns as the check reads them: each one's internal name
+    (`f0`, ... for a field; a system column's own) and its Spark type."""
+    lens = history_of(plan).lens
+    internal = {name: (column, jdbc_type(ftype)) for column, name, ftype in field_columns(lens)}
+    return [internal.get(name) or (name, SYSTEM_SPARK[name]) for name in present]
+
+
 def read_in_driver(
     conn: psycopg.Connection, plan: MigrationPlan, table: str, present: list[str], scope: Scope
 ) -> arrow.Table | None:
@@ -176,9 +185,7 @@ def read_in_driver(
     limit = driver_path_entries()
     if limit < 0:
         return None
-    lens = history_of(plan).lens
-    internal = {name: (column, jdbc_type(ftype)) for column, name, ftype in field_columns(lens)}
-    columns = [internal.get(name) or (name, SYSTEM_SPARK[name]) for name in present]
+    columns = internal_columns(plan, present)
     where = None if scope.after is None else written_after(scope.after)
     aliases = [column for column, _ in columns]
     rows = renamed_rows(conn, table, present, aliases, where, limit)
@@ -238,8 +245,7 @@ def table_matches_the_current_lens(
     else:
         tally = Tally()
         model, names = table_model(migration_plan, tally)
-        internal = {name: column for column, name in names.items()}
-        aliases = [internal.get(name, name) for name in present]
+        aliases = [column for column, _ in internal_columns(migration_plan, present)]
         frame = read_table(pyspark.spark_session, postgres, table, present, aliases, scope.after)
         lines += summarize(validate(frame, model), names)
         findings, checked, checked_in = tally.findings, tally.count(frame, ROWS), "spark"

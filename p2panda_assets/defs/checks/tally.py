@@ -148,29 +148,26 @@ class ArrowTally:
     ) -> pandas_pa.Check:
         """Fails on the rows where `bad(Col(column))` holds."""
         failing = count_where(self.table, bad(Col(column)))
-        return self._check(f"{column}: {name}", name, error, failing)
+        return self.counted(f"{column}: {name}", name, error, failing)
 
     def not_null(self, column: str) -> pandas_pa.Check:
         failing = self.table.column(column).null_count
         key = f"{column}: not_nullable"
-        return self._check(key, "not_nullable", "the column has no nulls", failing)
+        return self.counted(key, "not_nullable", "the column has no nulls", failing)
 
     def rows(self, name: str, error: str, bad: Expr, columns: tuple[str, ...]) -> pandas_pa.Check:
         """A frame check: fails on the rows where `bad` (of `columns`) holds."""
-        return self._check(name, name, error, count_where(self.table, bad))
+        return self.counted(name, name, error, count_where(self.table, bad))
 
     def unique(self, name: str, error: str, columns: list[str]) -> pandas_pa.Check:
         distinct = self.table.group_by(columns).aggregate([([], "count_all")]).num_rows
-        return self._check(name, name, error, self.table.num_rows - distinct)
+        return self.counted(name, name, error, self.table.num_rows - distinct)
 
     def count_rows(self) -> int:
         return self.table.num_rows
 
     def counted(self, key: str, name: str, error: str, failing: int) -> pandas_pa.Check:
-        """A check of `failing` rows counted by the caller (the findings' `key`)."""
-        return self._check(key, name, error, failing)
-
-    def _check(self, key: str, name: str, error: str, failing: int) -> pandas_pa.Check:
+        """A check of `failing` rows (the findings' `key`), however they were counted."""
         if failing:
             self.findings[key] = failing
         return pandas_pa.Check(

@@ -74,7 +74,7 @@ def touched_locally(
     wanted = expression(assigned_to(increments))
     parts = [_touched(b, increments, named) for b in scan_batches(dataset, list(READ), wanted)]
     if not parts:  # none of the schemas' messages: the columns, typed
-        parts = [_touched(scan(dataset, list(READ), pc.scalar(False)), increments, named)]
+        parts = [_touched(dataset.schema.empty_table().select(list(READ)), increments, named)]
     touched = pa.concat_tables(parts)
     return touched.sort_by([("author", "ascending"), ("log_id", "ascending"), ("seq", "ascending")])
 
