@@ -21,10 +21,13 @@ class AccountTotals:
 
 
 # Each stored entry of the schema's logs paired with the schema's own accounts (both
-# found by index, a schema's worth each); only an entry left without one is looked up
-# among every account, to tell a missing account from one held by another schema. A join
-# of the entries with every account instead read the whole accounts table on each check
-# (0.58-0.71 s a schema on the bench's store of 1M, against 0.19-0.24 s so).
+# found by index, a schema's worth each: the entries from `entries_by_log` alone); only
+# an entry left without one is looked up among every account, to tell a missing account
+# from one held by another schema. One pass counts it all: `paired` is read once, so it
+# is not kept aside (a CTE read four times was, on disk). A join of the entries with
+# every account instead read the whole accounts table on each check. On the bench's 1M
+# store a schema takes 0.05 s, against 0.23 s with the rows read and the CTE kept, and
+# 0.58-0.71 s joined with every account.
 ACCOUNTING = """
 WITH logs AS (
     SELECT author, log_id FROM p2panda.logs WHERE schema_id = %(s)s
@@ -36,19 +39,19 @@ WITH logs AS (
 ), own AS (
     SELECT hash FROM p2panda.accounts WHERE schema_id = %(s)s
 ), paired AS (
-    SELECT s.hash AS stored, s.verified, o.hash AS own
+    SELECT s.hash IS NOT NULL AS is_stored, s.verified, o.hash IS NOT NULL AS is_own,
+        CASE WHEN o.hash IS NULL AND s.hash IS NOT NULL THEN
+            EXISTS (SELECT 1 FROM p2panda.accounts a WHERE a.hash = s.hash)
+        END AS accounted
     FROM stored s FULL JOIN own o ON o.hash = s.hash
-), unpaired AS (
-    SELECT p.verified, EXISTS (SELECT 1 FROM p2panda.accounts a WHERE a.hash = p.stored)
-        AS accounted
-    FROM paired p WHERE p.own IS NULL AND p.stored IS NOT NULL
 )
 SELECT
-    (SELECT count(*) FILTER (WHERE stored IS NOT NULL AND verified) FROM paired),
-    (SELECT count(*) FILTER (WHERE stored IS NOT NULL AND NOT verified) FROM paired),
-    (SELECT count(*) FILTER (WHERE verified AND NOT accounted) FROM unpaired),
-    (SELECT count(*) FILTER (WHERE accounted) FROM unpaired),
-    (SELECT count(*) FILTER (WHERE stored IS NULL) FROM paired)
+    count(*) FILTER (WHERE is_stored AND verified),
+    count(*) FILTER (WHERE is_stored AND NOT verified),
+    count(*) FILTER (WHERE NOT is_own AND verified AND NOT accounted),
+    count(*) FILTER (WHERE NOT is_own AND accounted),
+    count(*) FILTER (WHERE NOT is_stored)
+FROM paired
 """
 BY_STATE = """
 SELECT state, reason, count(*) FROM p2panda.accounts WHERE schema_id = %s

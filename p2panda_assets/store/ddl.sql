@@ -19,7 +19,12 @@ CREATE TABLE IF NOT EXISTS p2panda.entries (
     verdict         text,
     verdict_message text
 );
-CREATE INDEX IF NOT EXISTS entries_log ON p2panda.entries (author, log_id, seq_num);
+-- A log's entries in order, with each one's hash and ingest_seq in the index itself: the
+-- accounting check pairs a schema's stored entries with its accounts from this index
+-- alone, never reading the wide rows (1M store: 0.05 s a schema against 0.23 s with the
+-- key alone, whose row reads were one page each). It replaces `entries_log` (dropped below).
+CREATE INDEX IF NOT EXISTS entries_by_log ON p2panda.entries (author, log_id, seq_num)
+    INCLUDE (hash, ingest_seq);
 
 -- What verification learned about each good entry whose message is a schema message
 -- (meta, migration, revert): the sensors find reverts here without decoding payloads.
@@ -201,6 +206,8 @@ ALTER TABLE p2panda.pipeline_state ALTER COLUMN good_entries SET NOT NULL;
 -- back: the index of the entries without a verdict that earlier releases kept was only a
 -- cost to each ingest (a million entries: 15.2-15.5 s without it, 16.0-18.0 s with it).
 DROP INDEX IF EXISTS p2panda.entries_unverified;
+-- `entries_by_log` has its keys and more.
+DROP INDEX IF EXISTS p2panda.entries_log;
 -- Only the schema messages are indexed in PostgreSQL (see message_index above).
 DELETE FROM p2panda.message_index
 WHERE kind IS NULL OR kind NOT IN ('schema-meta', 'schema-migration', 'schema-revert');

@@ -356,7 +356,7 @@ def count_good_entries(conn: psycopg.Connection) -> int:
 
 
 def count_entry_logs(conn: psycopg.Connection) -> int:
-    """The logs the entry store holds entries of, indexed or not (the `entries_log`
+    """The logs the entry store holds entries of, indexed or not (the `entries_by_log`
     index's distinct prefixes)."""
     row = conn.execute(
         "SELECT count(*) FROM (SELECT DISTINCT author, log_id FROM p2panda.entries) logs"

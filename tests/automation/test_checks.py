@@ -529,6 +529,33 @@ def test_accounting_check_fails_on_an_entry_without_account(store: Store) -> Non
     assert evaluation.metadata["rejected_by_reason"].value == {}
 
 
+def test_accounting_check_counts_an_entry_not_verified_yet_apart(store: Store) -> None:
+    """An entry ingested after the last index step has no verdict and no account yet: it
+    is counted as unverified, not as missing, and the check passes."""
+    with store.connect() as conn:
+        (newest,) = conn.execute(
+            "SELECT max(e.ingest_seq) FROM p2panda.entries e JOIN p2panda.logs l"
+            " ON l.author = e.author AND l.log_id = e.log_id WHERE l.schema_id = %s",
+            (store.mail,),
+        ).fetchone()
+        (through,) = conn.execute("SELECT verified_through FROM p2panda.pipeline_state").fetchone()
+        row = conn.execute(
+            "SELECT a.hash, a.schema_id, a.state, a.reason, a.message, a.origin"
+            " FROM p2panda.accounts a JOIN p2panda.entries e ON e.hash = a.hash"
+            " WHERE e.ingest_seq = %s",
+            (newest,),
+        ).fetchone()
+        conn.execute("DELETE FROM p2panda.accounts WHERE hash = %s", (row[0],))
+        conn.execute("UPDATE p2panda.pipeline_state SET verified_through = %s", (newest - 1,))
+        try:
+            evaluation = store.run_check(entries_are_accounted, store.mail)
+        finally:
+            conn.execute("UPDATE p2panda.pipeline_state SET verified_through = %s", (through,))
+            conn.execute("INSERT INTO p2panda.accounts VALUES (%s, %s, %s, %s, %s, %s)", row)
+    assert evaluation.passed, evaluation.description
+    assert (evaluation.metadata["stored"].value, evaluation.metadata["unverified"].value) == (5, 1)
+
+
 def test_accounting_check_fails_on_an_entry_accounted_to_another_schema(store: Store) -> None:
     with store.connect() as conn:
         conn.execute(

@@ -151,16 +151,20 @@ def test_an_upgrade_counts_the_good_entries_once_and_keeps_schema_messages_only(
 
 
 @pytest.mark.postgres
-def test_an_upgrade_drops_the_index_of_unverified_entries(conn) -> None:
+def test_an_upgrade_drops_the_indexes_nothing_reads(conn) -> None:
     """Earlier releases indexed the entries without a verdict; nothing reads that index
-    since verification stopped writing verdicts, and ingest paid for it."""
+    since verification stopped writing verdicts, and ingest paid for it. They also
+    indexed each log's entries without their hash and ingest_seq (`entries_log`), which
+    `entries_by_log` replaces."""
     conn.execute(
         "CREATE INDEX entries_unverified ON p2panda.entries (ingest_seq) WHERE verdict IS NULL"
     )
+    conn.execute("DROP INDEX p2panda.entries_by_log")
+    conn.execute("CREATE INDEX entries_log ON p2panda.entries (author, log_id, seq_num)")
     conn.execute("COMMENT ON SCHEMA p2panda IS 'p2panda ddl an older release'")
     ensure_schema(conn)
     rows = conn.execute(
         "SELECT indexname FROM pg_indexes WHERE schemaname = 'p2panda' AND tablename = 'entries'"
     )
     indexes = {name for (name,) in rows}
-    assert indexes == {"entries_pkey", "entries_ingest_seq_key", "entries_log"}
+    assert indexes == {"entries_pkey", "entries_ingest_seq_key", "entries_by_log"}
