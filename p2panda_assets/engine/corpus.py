@@ -360,11 +360,15 @@ class Catalog:
 
 
 def reduce_instance_log(
-    catalog: Catalog, schema_id: str, log: ChainedLog, owners: OwnerLookup
+    catalog: Catalog,
+    schema_id: str,
+    log: ChainedLog,
+    owners: OwnerLookup,
+    start: LogReduction | None = None,
 ) -> LogReduction:
-    return reduce_log(
-        log.author, log.log_id, catalog.histories[schema_id], log.items, catalog.resolve, owners
-    )
+    """`reduce_log` of the log's items (with `start`: going on from that reduction)."""
+    history = catalog.histories[schema_id]
+    return reduce_log(log.author, log.log_id, history, log.items, catalog.resolve, owners, start)
 
 
 def cascade(

@@ -79,6 +79,9 @@ class LogReduction:
     # Messages held back for an instance that a delete then deleted: they never applied,
     # and never will change a row (a held create is the deleted instance's own message).
     superseded: list[bytes] = field(default_factory=list)
+    # What holds each held instance back (instance id -> `_Hold`), kept with the rest so
+    # that a reduction can go on with the log's later messages (`reduce_log`'s `start`).
+    holds: dict[bytes, _Hold] = field(default_factory=dict)
 
 
 LogItem = tuple[int, bytes, Message | P2pandaError]
@@ -101,14 +104,19 @@ def reduce_log(
     items: Iterable[LogItem],
     resolve: Resolver,
     owner_of: OwnerLookup,
+    start: LogReduction | None = None,
 ) -> LogReduction:
     """Reduce the accepted entries (in seq order) of the log (author, log_id) of `history`.
 
     A pending message holds back only the later messages of its own instance (rule
     I-PENDING-2, docs/semantics.md; see the module docstring); a delete is never held
-    back."""
-    reduction = LogReduction()
-    holds: dict[bytes, _Hold] = {}  # instance id -> what holds it back
+    back.
+
+    With `start` (the reduction of the log's earlier entries, changed in place), the
+    reduction goes on from there: the fold is one pass in log order that looks neither
+    back nor ahead, so a log reduced in two parts is the log reduced whole."""
+    reduction = LogReduction() if start is None else start
+    holds = reduction.holds  # instance id -> what holds it back
     log = (author, log_id)
     for seq, entry_hash, message in items:
         if isinstance(message, P2pandaError):

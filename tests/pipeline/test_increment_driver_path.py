@@ -113,3 +113,20 @@ def test_the_reduced_rows_are_each_logs_through_the_kernel(store: Store) -> None
     table = pa.Table.from_pylist(reduced)
     assert rows_in_order(table.to_pylist()) == rows_in_order(expected)
     assert any(row["row_type"] == "instance" for row in reduced)
+
+
+def test_a_log_that_did_not_only_grow_fails_its_schema_by_name(store: Store) -> None:
+    """An increment reduces a log's messages of the built batches once, as the prefix
+    of the log they are. Were a newer message before an older one (a log that did not
+    only grow, which `increments` builds whole), the log's reduction fails and says so,
+    rather than read a prefix off that is none."""
+    logs: dict[tuple[object, object], list[Row]] = {}
+    for row in sorted(store.messages, key=lambda r: cast(int, r["seq"])):
+        row = {**row, "owner_author": None, "owner_log": None}
+        logs.setdefault((row["author"], row["log_id"]), []).append(row)
+    rows = next(rows for rows in logs.values() if len(rows) >= 2)
+    grown = [{**row, "batch": 1} for row in rows[:-1]] + [{**rows[-1], "batch": 2}]
+    assert all(r["row_type"] != "error" for r in reduce_rows(store.catalog, grown, 1))
+    swapped = [{**rows[0], "batch": 2}] + [{**row, "batch": 1} for row in rows[1:]]
+    (error,) = reduce_rows(store.catalog, swapped, 1)
+    assert error["row_type"] == "error" and "did not only grow" in cast(str, error["message"])

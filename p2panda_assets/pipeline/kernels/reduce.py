@@ -24,7 +24,7 @@ from p2panda_assets.engine.corpus import (
     reduce_instance_log,
     reduction_accounts,
 )
-from p2panda_assets.engine.instances import Instance, OwnerLookup
+from p2panda_assets.engine.instances import Instance, LogReduction, OwnerLookup
 from p2panda_assets.engine.lens import Lens
 from p2panda_assets.pipeline.kernels.batches import Columns, Row, arrow_schema
 from p2panda_assets.pipeline.kernels.chain import account_rows, items_log
@@ -124,10 +124,13 @@ def reduce_rows(
             return owners.get(instance_id)
 
         log = items_log(entries)
-        reduction = reduce_instance_log(catalog, schema_id, log, owner_of)
-        out = instance_rows(catalog, schema_id, reduction.instances.values())
-        if built_batch is not None:
-            out += _before_rows(catalog, schema_id, log, entries, built_batch, owner_of)
+        before: list[Row] = []
+        if built_batch is None:
+            reduction = reduce_instance_log(catalog, schema_id, log, owner_of)
+        else:
+            reduced = _reduced_since(catalog, schema_id, log, entries, built_batch, owner_of)
+            reduction, before = reduced
+        out = instance_rows(catalog, schema_id, reduction.instances.values()) + before
     except Exception as error:  # one log's failure fails only its schema
         detail = "".join(traceback.format_exception_only(error)).strip()
         return [{"row_type": "error", "schema": schema_id, "message": detail}]
@@ -151,23 +154,38 @@ def _owners(rows: list[Row]) -> dict[bytes, tuple[bytes, int]]:
     }
 
 
-def _before_rows(
+def _reduced_since(
     catalog: Catalog,
     schema_id: str,
     log: ChainedLog,
     rows: list[Row],
     built_batch: int,
     owners: OwnerLookup,
-) -> list[Row]:
-    """The instances as the messages of batches up to `built_batch` made them. A log's
-    messages of later batches all follow its earlier ones (the chain only grows), so
-    this is the reduction of a prefix of `log` (its messages decoded once, for both
-    reductions: they are immutable)."""
+) -> tuple[LogReduction, list[Row]]:
+    """The log reduced, and its instances as the messages of batches up to `built_batch`
+    made them (`before` rows: what the table holds of them now), in one pass. An
+    increment's log only grew at its tip (`increments`: a log whose earlier messages
+    changed, a gap filled among them included, is built whole), so those messages are a
+    prefix of it: the prefix is reduced, read off, and the reduction goes on with the
+    rest (`reduce_log`'s `start`). Reducing the prefix apart cost the increment a quarter
+    more than a whole build's reduction of the log (bench/reduce_rows.py: 1.26 -> 1.03)."""
     earlier = {cast(bytes, row["hash"]) for row in rows if cast(int, row["batch"]) <= built_batch}
-    if not earlier:
-        return []
-    prefix = ChainedLog(log.author, log.log_id, [i for i in log.items if i[1] in earlier], {})
-    reduction = reduce_instance_log(catalog, schema_id, prefix, owners)
+    cut = next((n for n, item in enumerate(log.items) if item[1] not in earlier), len(log.items))
+    if any(item[1] in earlier for item in log.items[cut:]):
+        raise ValueError(
+            f"log {log.author.hex()}/{log.log_id}: a message of batch {built_batch} or before"
+            " follows a newer one, so the log did not only grow: build the schema whole"
+        )
+    head = ChainedLog(log.author, log.log_id, log.items[:cut], {})
+    reduction = reduce_instance_log(catalog, schema_id, head, owners)
+    before = _before_rows(schema_id, reduction)
+    rest = ChainedLog(log.author, log.log_id, log.items[cut:], {})
+    return reduce_instance_log(catalog, schema_id, rest, owners, start=reduction), before
+
+
+def _before_rows(schema_id: str, reduction: LogReduction) -> list[Row]:
+    """A `before` row of each instance of `reduction`, as it stands now (read before the
+    reduction goes on: it changes its instances in place)."""
     return [
         {
             "row_type": "before",
