@@ -16,10 +16,20 @@ chained layers the store holds after it, so a sample that crossed the layer limi
 
     .venv/bin/python bench/store_latency.py [--entries 1000000] [--samples 24] [--authors 1000]
     .venv/bin/python bench/store_latency.py --rate 20 --seconds 60
+    .venv/bin/python bench/store_latency.py --rate 20 --seconds 60 --soak
 
 `--rate N --seconds S` streams N entries a second for S seconds instead (as
 bench/latency.py does into an empty store), each timed until it is carried; then the
-stream's runs are summed up (`runs_since`: their queue wait, length and steps).
+stream's runs are summed up (`runs_since`: their queue wait, length, steps and end
+states).
+
+`--soak` also publishes, into the stream, a migration of the first schema (a field
+created, with a default: every schema relating to it is built again) a third of the way
+through, and a revert to the version before it two thirds of the way through. Once the
+deployment has settled, every run since the stream began must have succeeded, and each
+table, the accounts and the deleted sets must equal, row for row, what a whole build of
+the same entries makes in a fresh store (`panda materialize`): the live path converges
+on the whole build, which the parity tests hold to the engine.
 
 The last line printed is JSON: `median_latency_s`, `p95_latency_s`, `max_latency_s`, the
 samples with their phases and layers, and how the store was built.
@@ -38,7 +48,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from latency import (  # bench/, beside this script
     ROOT,
@@ -57,6 +67,7 @@ from p2panda_assets.protocol.message_index import indexed_message
 from p2panda_assets.store.database import connect, ensure_schema
 from p2panda_assets.store.ingest import ingest
 from p2panda_assets.store.registry import register, table_identifier, table_name_for
+from p2panda_assets.testing.builder import create_field
 
 LOG_ID_BASE = 100  # bench/pipeline.py: schema i's instances are in log 100 + i
 
@@ -75,14 +86,17 @@ def arriving(path: Path) -> Arriving:
     return held
 
 
-def build_store(run: DaemonScenario, store: Path) -> dict[str, float]:
-    """Ingest the store, register the 20 schemas and build them with `panda materialize`;
-    the seconds of each."""
+def build_store(
+    run: DaemonScenario, store: Path, later: list[tuple[bytes, bytes]] | None = None
+) -> dict[str, float]:
+    """Ingest the store (and the `later` entries after it), register the 20 schemas and
+    build them with `panda materialize`; the seconds of each."""
     timings = {}
     started = time.perf_counter()
     with connect(run.url, autocommit=True) as conn, connect(run.url, autocommit=True) as spare:
         ensure_schema(conn)
         ingest(conn, read_entry_lines([store]), spare=spare)
+        ingest(conn, later or [])
         timings["ingest_s"] = round(time.perf_counter() - started, 1)
         for schema in schema_corpus()[1]:
             author, log_id = schema.schema_id.rsplit("-", 1)
@@ -278,10 +292,13 @@ def runs_since(begin: float) -> dict[str, object]:
             if r.create_timestamp.timestamp() >= begin
         ]
         waits, lengths = [], []
+        ended: dict[str, int] = {}  # end state -> runs
         steps: dict[str, list[float]] = {}
         tables: list[tuple[float, str]] = []  # the table step's seconds, and its run
         for record in records:
             created = record.create_timestamp.timestamp()
+            status = record.dagster_run.status.value
+            ended[status] = ended.get(status, 0) + 1
             if record.start_time is not None:
                 waits.append(record.start_time - created)
                 if record.end_time is not None:
@@ -300,6 +317,7 @@ def runs_since(begin: float) -> dict[str, object]:
 
     return {
         "runs": len(records),
+        "ended": ended,
         "queue_s": spread(waits),
         "run_s": spread(lengths),
         "steps_s": {key: {"ran": len(v), **spread(v)} for key, v in sorted(steps.items())},
@@ -330,13 +348,109 @@ def built(instance: Any, run_id: str, seconds: float) -> dict[str, object]:
     return shown
 
 
+def soak_entries() -> list[tuple[bytes, bytes]]:
+    """The first schema's next two entries: a migration (a field created, with a
+    default; the same entry as bench/pipeline.py's lens change), then a revert to the
+    version before it."""
+    builder, schemas = schema_corpus()
+    before = schemas[0].version
+    schemas[0].migrate(create_field("note", "text", default=""))
+    schemas[0].revert(before)
+    return [(entry, payload) for entry, payload in builder.pairs[-2:] if payload is not None]
+
+
+def settled(run: DaemonScenario, timeout: float = 900) -> None:
+    """Until no run has been queued or in progress for three checks over 15 s: longer
+    than a sensor's interval, so that a run a sensor still requests is waited for too."""
+    quiet = 0
+    while quiet < 3:
+        run.wait_until_idle(timeout)
+        time.sleep(5)
+        quiet = quiet + 1 if _idle() else 0
+
+
+def _idle() -> bool:
+    import dagster as dg
+
+    from p2panda_assets.defs.sensors import UNFINISHED
+
+    with dg.DagsterInstance.get() as instance:
+        return not instance.get_runs(filters=dg.RunsFilter(statuses=UNFINISHED), limit=1)
+
+
+def store_digest(url: str) -> dict[str, object]:
+    """What the pipeline made of a store, to compare two stores row for row: each
+    table's rows, the accounts and the deleted sets, each as a count and an md5 of its
+    rows in order; each schema's registry row (its version: a revert is one); the
+    accounts counted by schema and state, to show where two differ."""
+    digest: dict[str, object] = {}
+    with connect(url, autocommit=True) as conn:
+        for schema in schema_corpus()[1]:
+            table = table_identifier(table_name_for(schema.schema_id))
+            rows = sql.SQL(
+                "SELECT count(*), md5(string_agg(t::text, E'\\n' ORDER BY t._instance_id))"
+                " FROM {} t"
+            ).format(table)
+            digest[f"table {schema.schema_id[-3:]}"] = list(conn.execute(rows).fetchone() or ())
+        digest["accounts"] = list(
+            conn.execute(
+                "SELECT count(*), md5(string_agg(concat_ws(' ', encode(hash, 'hex'), schema_id,"
+                " state, reason, message), E'\\n' ORDER BY hash)) FROM p2panda.accounts"
+            ).fetchone()
+            or ()
+        )
+        digest["deleted"] = list(
+            conn.execute(
+                "SELECT count(*), md5(string_agg(schema_id || ' ' || encode(instance_id, 'hex'),"
+                " E'\\n' ORDER BY schema_id, instance_id)) FROM p2panda.deleted_instances"
+            ).fetchone()
+            or ()
+        )
+        digest["registry"] = [
+            [schema_id[-3:], status, version, version_hash, rows]
+            for schema_id, status, version, version_hash, rows in conn.execute(
+                "SELECT schema_id, status, version, version_hash, rows FROM p2panda.schemas"
+                " ORDER BY schema_id"
+            )
+        ]
+        digest["accounts_by_state"] = {
+            f"{schema_id[-3:] if schema_id else '-'} {state}": n
+            for schema_id, state, n in conn.execute(
+                "SELECT schema_id, state, count(*) FROM p2panda.accounts"
+                " GROUP BY 1, 2 ORDER BY 1, 2"
+            )
+        }
+    return digest
+
+
+def whole_build_digest(store: Path, later: list[tuple[bytes, bytes]]) -> dict[str, object]:
+    """`store_digest` of the same entries built whole in a fresh deployment: the store,
+    then every `later` entry, one `panda materialize`."""
+    with scenario() as run:
+        built = build_store(run, store, later)
+        print(f"whole build: {built}", flush=True)
+        digest = store_digest(run.url)
+    shutil.rmtree(run.home, ignore_errors=True)
+    return digest
+
+
 def stream(
-    entries: int, rate: float, seconds: float, seed: int, workers: int, authors: int
+    entries: int,
+    rate: float,
+    seconds: float,
+    seed: int,
+    workers: int,
+    authors: int,
+    soak: bool = False,
 ) -> dict[str, object]:
     """`rate` entries a second for `seconds` into a deployment whose store holds the
     corpus: the newest entry of as many instance logs, spread over the schemas, each
-    timed from its ingest until it is carried (`carried_all`, swept every 0.2 s)."""
+    timed from its ingest until it is carried (`carried_all`, swept every 0.2 s). With
+    `soak`, a migration and its revert arrive in the stream (the module's docstring)."""
     count = max(1, round(rate * seconds))
+    moments = (count // 3, 2 * count // 3)
+    schema_changes = dict(zip(moments, soak_entries(), strict=True)) if soak else {}
+    later: list[tuple[bytes, bytes]] = []  # what arrived after the store, in order
     with deployed_store(entries, seed, workers, authors, count + 1) as (run, built, warm, plan):
         watcher = Watcher(run, plan)
         watcher.thread.start()
@@ -345,7 +459,11 @@ def stream(
             begin = time.time()
             for k, (entry, payload, _) in enumerate(plan):
                 time.sleep(max(0.0, begin + k / rate - time.time()))
+                if k in schema_changes:
+                    ingest(conn, [schema_changes[k]])
+                    later.append(schema_changes[k])
                 ingest(conn, [(entry, payload)])
+                later.append((entry, payload))
                 ingested.append(time.time())
                 watcher.ingested.add(decode_entry(entry).hash)
         behind = ingested[-1] - (begin + (count - 1) / rate)
@@ -357,9 +475,27 @@ def stream(
         if len(watcher.seen) < count:
             raise TimeoutError(f"{count - len(watcher.seen)} of {count} not carried after 900 s")
         time.sleep(5)  # the last runs' checks end after their tables are swapped
+        if soak:
+            settled(run)
+            live = store_digest(run.url)
         ran = runs_since(begin)
         print(f"runs: {ran}", flush=True)
     shutil.rmtree(run.home, ignore_errors=True)
+    converged: dict[str, object] = {}
+    if soak:
+        path, _, _ = generate(entries, seed, workers, authors)
+        store, arriving_part, _ = split_for_increment(path, count + 1)
+        warm_entry = [(entry, payload) for entry, payload, _ in arriving(arriving_part)[:1]]
+        whole = whole_build_digest(store, warm_entry + later)
+        differ = sorted(key for key in whole if whole[key] != live.get(key))
+        converged = {
+            "every_run_succeeded": set(cast(dict[str, int], ran["ended"])) == {"SUCCESS"},
+            "equals_whole_build": not differ,
+            "differs_in": differ,
+            "live": {key: live[key] for key in differ},
+            "whole": {key: whole[key] for key in differ},
+        }
+        print(f"soak: {converged}", flush=True)
     hashes = [decode_entry(entry).hash for entry, _, _ in plan]
     latencies = [watcher.seen[h] - at for h, at in zip(hashes, ingested, strict=True)]
     ordered = sorted(latencies)
@@ -377,6 +513,7 @@ def stream(
         "p95_latency_s": round(percentile(ordered, 0.95), 2),
         "max_latency_s": round(ordered[-1], 2),
         "runs": ran,
+        **({"soak": converged} if soak else {}),
     }
 
 
@@ -389,10 +526,13 @@ def main() -> None:
     parser.add_argument("--authors", type=int, default=AUTHORS, help="of the instance logs")
     parser.add_argument("--rate", type=float, help="entries a second, streamed (with --seconds)")
     parser.add_argument("--seconds", type=float, default=60.0, help="how long --rate streams")
+    parser.add_argument(
+        "--soak", action="store_true", help="with --rate: a migration and its revert mid-stream"
+    )
     args = parser.parse_args()
     if args.rate:
         figures = stream(
-            args.entries, args.rate, args.seconds, args.seed, args.workers, args.authors
+            args.entries, args.rate, args.seconds, args.seed, args.workers, args.authors, args.soak
         )
     else:
         figures = measure(args.entries, args.samples, args.seed, args.workers, args.authors)
