@@ -128,8 +128,9 @@ def reduce_rows(
         if built_batch is None:
             reduction = reduce_instance_log(catalog, schema_id, log, owner_of)
         else:
-            reduced = _reduced_since(catalog, schema_id, log, entries, built_batch, owner_of)
-            reduction, before = reduced
+            reduction, before = _reduced_since(
+                catalog, schema_id, log, entries, built_batch, owner_of
+            )
         out = instance_rows(catalog, schema_id, reduction.instances.values()) + before
     except Exception as error:  # one log's failure fails only its schema
         detail = "".join(traceback.format_exception_only(error)).strip()
