@@ -491,6 +491,11 @@ def stream(
         converged = {
             "every_run_succeeded": set(cast(dict[str, int], ran["ended"])) == {"SUCCESS"},
             "equals_whole_build": not differ,
+            "compared": {  # what was compared: counts of the live store's rows
+                "table_rows": sum(cast(list[int], v)[0] for k, v in live.items() if "table" in k),
+                "accounts": cast(list[int], live["accounts"])[0],
+                "deleted": cast(list[int], live["deleted"])[0],
+            },
             "differs_in": differ,
             "live": {key: live[key] for key in differ},
             "whole": {key: whole[key] for key in differ},
