@@ -156,18 +156,22 @@ class DaemonScenario:
             time.sleep(0.2)
         raise TimeoutError(f"row {instance_id} not visible after {timeout} s")
 
-    def wait_until_idle(self, timeout: float) -> None:
-        """Until no run is queued or in progress: a sample starts on an idle deployment."""
+    def idle(self) -> bool:
+        """Whether no run is queued or in progress."""
         import dagster as dg
 
         from p2panda_assets.defs.sensors import UNFINISHED
 
-        started = time.perf_counter()
         with dg.DagsterInstance.get() as instance:
-            while instance.get_runs(filters=dg.RunsFilter(statuses=UNFINISHED), limit=1):
-                if time.perf_counter() - started > timeout:
-                    raise TimeoutError(f"runs still unfinished after {timeout} s")
-                time.sleep(0.5)
+            return not instance.get_runs(filters=dg.RunsFilter(statuses=UNFINISHED), limit=1)
+
+    def wait_until_idle(self, timeout: float) -> None:
+        """Until no run is queued or in progress: a sample starts on an idle deployment."""
+        started = time.perf_counter()
+        while not self.idle():
+            if time.perf_counter() - started > timeout:
+                raise TimeoutError(f"runs still unfinished after {timeout} s")
+            time.sleep(0.5)
 
     def publish_and_wait(self, name: str, phase: float, timeout: float) -> Sample:
         """Publish one instance, ingest it `phase` seconds after a tick of the entries

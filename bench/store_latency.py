@@ -366,16 +366,7 @@ def settled(run: DaemonScenario, timeout: float = 900) -> None:
     while quiet < 3:
         run.wait_until_idle(timeout)
         time.sleep(5)
-        quiet = quiet + 1 if _idle() else 0
-
-
-def _idle() -> bool:
-    import dagster as dg
-
-    from p2panda_assets.defs.sensors import UNFINISHED
-
-    with dg.DagsterInstance.get() as instance:
-        return not instance.get_runs(filters=dg.RunsFilter(statuses=UNFINISHED), limit=1)
+        quiet = quiet + 1 if run.idle() else 0
 
 
 def store_digest(url: str) -> dict[str, object]:
