@@ -13,10 +13,14 @@ Many schemas in one Spark job: a run names the schemas it is built with (the tag
 `p2panda/batch`, which `panda materialize` and the sensors set, or the partitions of the
 backfill it belongs to). The first run of a batch builds every schema of the batch that
 is not up to date in one job, upstream first; the runs of the others find their table
-built from the same index and report it. Each partition's own run reports its own
-outcome: built, pending (with its reason) or failed.
+built from the same index and report it. A live run also brings every table that only
+grew up to date (`companions`). A schema is built beside the run's own only once its
+messages passed the blocking decoded check, which the run's check makes for them.
+Each partition's own run reports its own outcome: built, pending (with its reason) or
+failed.
 """
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import dagster as dg
@@ -32,6 +36,7 @@ from p2panda_assets.engine.corpus import Catalog
 from p2panda_assets.engine.relations import BuildOrder
 from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.pipeline.build.columns import pg_type
+from p2panda_assets.pipeline.build.increments import only_grown
 from p2panda_assets.pipeline.columnar.arrow_io import LocalReadUnavailable, kinds_counted, say_once
 from p2panda_assets.pipeline.columnar.layers import decoded_layers, read_schema_layers
 from p2panda_assets.pipeline.index.step import last_index, run_index
@@ -40,6 +45,7 @@ from p2panda_assets.pipeline.spark.watchdog import watched
 from p2panda_assets.protocol.ids import checked_schema_id
 from p2panda_assets.statuses import BUILT, BuildStatus
 from p2panda_assets.store.catalog import registered_schemas, stored_catalog
+from p2panda_assets.store.checked_layers import checked_layers
 from p2panda_assets.store.registry import schema_entry_count, shown_name_of
 from p2panda_assets.store.tables import SYSTEM_COLUMNS, registry_outcome, table_exists
 
@@ -47,6 +53,9 @@ BATCH_TAG = "p2panda/batch"  # comma-separated schema ids built together with th
 SCHEMA_TAG = "p2panda/schema"  # the schema's name, on every run of its family
 VERSION_TAG = "p2panda/version"  # its current version, as the run's index found it
 BACKFILL_TAG = "dagster/backfill"
+# On a live run (the listener's, the entries sensor's): every entry up to this
+# ingest_seq had committed before the run left the queue (`defs.sensors.coverage`).
+THROUGH_TAG = "p2panda/entries-through"
 
 GROUP = "p2panda"
 
@@ -133,11 +142,14 @@ class Decoded:
 
 def decoded_of(partition_key: str, pyspark: PySparkResource, postgres: PostgresResource) -> Decoded:
     """The partition's decoded messages: read by the asset and by its check."""
-    spark = pyspark.spark_session
     with postgres.connect() as conn:
-        schema_id = registered_partition(conn, partition_key)
-        layers = decoded_layers(spark, conn, schema_id)
-        name = shown_name_of(conn, schema_id) or schema_id
+        return decoded_set(pyspark.spark_session, conn, registered_partition(conn, partition_key))
+
+
+def decoded_set(spark: SparkSession, conn: psycopg.Connection, schema_id: str) -> Decoded:
+    """The decoded messages of the registered schema `schema_id`."""
+    layers = decoded_layers(spark, conn, schema_id)
+    name = shown_name_of(conn, schema_id) or schema_id
     return Decoded(schema_id, name, list(layers.values()), tuple(layers))
 
 
@@ -254,10 +266,12 @@ def materialized_table(
     with postgres.connect() as conn:
         schema_id = registered_partition(conn, context.partition_key)
         index = last_index(spark, conn)
-        batch = [s for s in batch_of(context) if s in (index.catalog.registered or set())]
+        plan = MigrationPlan(schema_id, index.catalog, index.order)
+        others = companions(context.instance, context.run.tags, conn, plan, index.layers)
+        passed = [s for s in [*others.batch, *others.grown] if layers_passed(spark, conn, s)]
         with watched(spark, holder=conn):
             outcomes = materialize_schemas(
-                spark, conn, postgres.resolved_url(), index, sorted({schema_id, *batch})
+                spark, conn, postgres.resolved_url(), index, sorted({schema_id, *passed})
             )
         outcome = next(o for o in outcomes if o.schema_id == schema_id)
         if outcome.status is BuildStatus.UNCHANGED:
@@ -331,20 +345,61 @@ def name_the_run(
     return name
 
 
-def batch_of(context: dg.AssetExecutionContext) -> list[str]:
-    """The schemas this run is built with: its `p2panda/batch` tag, else the partitions
-    of the backfill it belongs to, else none but its own."""
-    tags = context.run.tags
+def batch_of(instance: dg.DagsterInstance, tags: Mapping[str, str]) -> list[str]:
+    """The schemas a run is built with: its `p2panda/batch` tag, else the partitions of
+    the backfill it belongs to (of the table asset), else none but its own."""
     if tags.get(BATCH_TAG):
         return [s for s in tags[BATCH_TAG].split(",") if s]
     backfill_id = tags.get(BACKFILL_TAG)
     if backfill_id:
-        backfill = context.instance.get_backfill(backfill_id)
+        backfill = instance.get_backfill(backfill_id)
         data = backfill.asset_backfill_data if backfill else None
         subsets = data.target_subset.partitions_subsets_by_asset_key if data else {}
-        if context.asset_key in subsets:
-            return [schema_id_of(key) for key in subsets[context.asset_key].get_partition_keys()]
+        if materialized_table.key in subsets:
+            keys = subsets[materialized_table.key].get_partition_keys()
+            return [schema_id_of(key) for key in keys]
     return []
+
+
+@dataclass(frozen=True, slots=True)
+class Companions:
+    """The registered schemas a run's table step builds beside its own (each once, not
+    its own): its batch, and the tables a live run brings up to date (`grown`)."""
+
+    batch: list[str]
+    grown: list[str]
+
+
+def companions(
+    instance: dg.DagsterInstance,
+    tags: Mapping[str, str],
+    conn: psycopg.Connection,
+    plan: MigrationPlan,
+    layers: Sequence[str],
+) -> Companions:
+    """The schemas built beside `plan.schema_id`, from the index of `layers`: its batch
+    (`batch_of`) and, in a live run (`THROUGH_TAG`), every other table that only grew
+    since it was built (`increments.only_grown`). A stream of entries over many schemas
+    queues a run per schema; without them, an entry would wait for its own schema's
+    turn (~20 runs on the bench's store), where now the next run builds it. Each is
+    built only once its new layers passed the blocking decoded check (`layers_passed`),
+    which this run's check step makes for them (`defs.checks.decoded`)."""
+    registered = plan.catalog.registered or set()
+    batch = [s for s in dict.fromkeys(batch_of(instance, tags)) if s in registered]
+    grown: list[str] = []
+    if THROUGH_TAG in tags:
+        candidates = [s for s in plan.order.order if s in registered]
+        grown = only_grown(conn, plan.catalog, plan.order, candidates, layers)
+    taken = {plan.schema_id, *batch}
+    return Companions(
+        [s for s in batch if s != plan.schema_id], [s for s in grown if s not in taken]
+    )
+
+
+def layers_passed(spark: SparkSession, conn: psycopg.Connection, schema_id: str) -> bool:
+    """Whether every decoded layer of `schema_id` passed the blocking decoded check
+    (`store.checked_layers`): a table is built only from messages that did."""
+    return set(decoded_layers(spark, conn, schema_id)) <= checked_layers(conn, schema_id)
 
 
 family = [raw_entries, decoded_messages, migration_plan, materialized_table]

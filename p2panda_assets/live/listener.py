@@ -37,6 +37,7 @@ import dagster as dg
 import psycopg
 from dagster._core.scheduler.instigation import InstigatorStatus
 
+from p2panda_assets.defs.assets import THROUGH_TAG
 from p2panda_assets.defs.sensors import (
     EntryCursor,
     entries_tick,
@@ -45,7 +46,6 @@ from p2panda_assets.defs.sensors import (
 )
 from p2panda_assets.defs.sensors.coverage import (
     NOTIFY,
-    THROUGH_TAG,
     TRIGGER_TAG,
     entries_covered,
     prefix_bound,

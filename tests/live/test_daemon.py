@@ -16,8 +16,9 @@ from dagster._core.scheduler.instigation import TickStatus
 from dagster._core.storage.tags import SENSOR_NAME_TAG
 
 from bench.latency import DaemonScenario, panda, scenario, wait_for_phase
+from p2panda_assets.defs.assets import THROUGH_TAG
 from p2panda_assets.defs.sensors import schema_entries_sensor
-from p2panda_assets.defs.sensors.coverage import NOTIFY, THROUGH_TAG, TRIGGER_TAG
+from p2panda_assets.defs.sensors.coverage import NOTIFY, TRIGGER_TAG
 from p2panda_assets.jsonlines import parse_line
 from p2panda_assets.protocol.entry import decode_entry
 

@@ -8,9 +8,9 @@ import dagster as dg
 import psycopg
 import pytest
 
-from p2panda_assets.defs.assets import QUEUE_TAG
+from p2panda_assets.defs.assets import QUEUE_TAG, THROUGH_TAG
 from p2panda_assets.defs.sensors import EntryCursor, schema_entries_sensor
-from p2panda_assets.defs.sensors.coverage import NOTIFY, THROUGH_TAG, TRIGGER_TAG, entries_covered
+from p2panda_assets.defs.sensors.coverage import NOTIFY, TRIGGER_TAG, entries_covered
 from p2panda_assets.live.listener import Listener
 from p2panda_assets.live.runs import RunSubmitter
 from p2panda_assets.store.feed import writers

@@ -8,19 +8,34 @@ It reads the layers of its partition it has not passed yet (`store.checked_layer
 layers never change once written, so a run checks what the runs since the last check
 added, and the check's cost does not grow with the schema's messages. An entry repeated
 across layers is what the index step rules out (appends continue each log after its
-tip); within the layers read, the model checks it."""
+tip); within the layers read, the model checks it.
 
+A run's table step may build other schemas beside its own (`assets.companions`: its
+batch, and in a live run the tables that only grew). Their checks run in their own runs,
+later; so this check also reads their new layers and records those that pass, and the
+table step builds a schema only once all its layers have (`assets.layers_passed`)."""
+
+from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
 import pandera.pandas as pandas_pa
 import pandera.pyspark as pa
+import psycopg
 import pyarrow as arrow
 from dagster_pyspark import PySparkResource
 from pandera.api.pyspark.types import PySparkDtypeInputTypes
+from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
-from p2panda_assets.defs.assets import decoded_messages, decoded_of
+from p2panda_assets.defs.assets import (
+    Decoded,
+    companions,
+    current_plan,
+    decoded_messages,
+    decoded_of,
+    decoded_set,
+)
 from p2panda_assets.defs.checks.tally import (
     ROWS,
     ArrowTally,
@@ -59,6 +74,7 @@ from p2panda_assets.protocol.ids import AUTHOR_SIZE, parse_schema_id
 from p2panda_assets.protocol.messages import INSTANCE_MESSAGE_TYPES, SCHEMA_MESSAGE_TYPES
 from p2panda_assets.statuses import Assignment
 from p2panda_assets.store.checked_layers import checked_layers, record_checked_layers
+from p2panda_assets.store.pipeline_state import pipeline_state
 
 KINDS = tuple(t.kind for t in (*SCHEMA_MESSAGE_TYPES, *INSTANCE_MESSAGE_TYPES))
 HASH_SIZES = tuple(sorted(len(a.value) + a.digest_size for a in HashAlgorithm))  # header + digest
@@ -214,46 +230,106 @@ def _model(
     partitions_def=schemas,
     description="The decoded Parquet matches its pandera model: hashes of 34 or 66 bytes, "
     "seq >= 1, a kind of the six unless the payload did not decode (then an error), one "
-    "row per entry. Reads the layers written since it last passed.",
+    "row per entry. Reads the layers written since it last passed; also those of the "
+    "schemas the run's table step builds beside this one.",
 )
 def decoded_messages_match_their_model(
     context: dg.AssetCheckExecutionContext, pyspark: PySparkResource, postgres: PostgresResource
 ) -> dg.AssetCheckResult:
+    spark = pyspark.spark_session
     every = decoded_of(context.partition_key, pyspark, postgres)
     with postgres.connect() as conn:
-        passed_before = checked_layers(conn, every.schema_id)
-    decoded = every.without(passed_before)
-    metadata: dict[str, str | int] = {
-        "schema_name": every.name,
+        verdict = check_new_layers(spark, conn, every)
+        assert verdict is not None  # Spark takes what the driver does not
+        if verdict.lines:
+            return check_result(verdict.lines, verdict.findings, verdict.metadata(every))
+        ahead = check_companions(context, spark, conn, every.schema_id)
+    metadata = verdict.metadata(every)
+    if ahead:
+        # Their own runs report their own checks; these say what this run's table step
+        # may build beside its own table.
+        metadata["companions"] = dg.MetadataValue.json(ahead)
+    if verdict.description is not None:
+        return dg.AssetCheckResult(passed=True, description=verdict.description, metadata=metadata)
+    return check_result([], verdict.findings, metadata)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What the check found in the layers of a schema it had not passed yet."""
+
+    lines: list[str]  # the findings, as lines; none: passed
+    findings: dict[str, Any]
+    facts: dict[str, str | int]  # layers read, rows, where it ran
+    description: str | None = None  # when no layer was read: why
+
+    def metadata(self, decoded: Decoded) -> dict[str, Any]:
+        return {"schema_name": decoded.name, **self.facts}
+
+
+def check_new_layers(
+    spark: SparkSession, conn: psycopg.Connection, every: Decoded, driver_only: bool = False
+) -> Verdict | None:
+    """The layers of `every` the check has not passed, checked against the model; if
+    they pass, they are recorded as passed (`store.checked_layers`). None: `driver_only`
+    and more messages than the driver checks, left unchecked."""
+    decoded = every.without(checked_layers(conn, every.schema_id))
+    facts: dict[str, str | int] = {
         "layers_read": len(decoded.layers),
         "layers_passed_before": len(every.layers) - len(decoded.layers),
     }
     if not decoded.paths:
-        description = "no decoded messages" if not every.layers else "no layer new since"
-        return dg.AssetCheckResult(passed=True, description=description, metadata=metadata)
+        why = "no decoded messages" if not every.layers else "no layer new since"
+        return Verdict([], {}, facts, why)
     table = _small_enough(decoded.paths)
     if table is not None:  # what a live run adds: checked without a Spark job
         tally = ArrowTally(table)
         lines = summarize(
             validate_in_driver(table, decoded_model_in_driver(decoded.schema_id, tally))
         )
-        findings, metadata["rows"], metadata["checked_in"] = (
-            tally.findings,
-            table.num_rows,
-            "driver",
-        )
+        findings, facts["rows"], facts["checked_in"] = tally.findings, table.num_rows, "driver"
+    elif driver_only:
+        return None
     else:
-        frame = decoded.frame(pyspark.spark_session)
+        frame = decoded.frame(spark)
         assert frame is not None  # it has paths
         spark_tally = Tally()
-        with watched(pyspark.spark_session):  # its Spark jobs are bounded too
+        with watched(spark):  # its Spark jobs are bounded too
             lines = summarize(validate(frame, decoded_model(decoded.schema_id, spark_tally)))
-            metadata["rows"] = spark_tally.count(frame, ROWS)
-        findings, metadata["checked_in"] = spark_tally.findings, "spark"
+            facts["rows"] = spark_tally.count(frame, ROWS)
+        findings, facts["checked_in"] = spark_tally.findings, "spark"
     if not lines:
-        with postgres.connect() as conn:
-            record_checked_layers(conn, every.schema_id, decoded.layers, every.layers)
-    return check_result(lines, findings, metadata)
+        record_checked_layers(conn, every.schema_id, decoded.layers, every.layers)
+    return Verdict(lines, findings, facts)
+
+
+def check_companions(
+    context: dg.AssetCheckExecutionContext,
+    spark: SparkSession,
+    conn: psycopg.Connection,
+    schema_id: str,
+) -> dict[str, str]:
+    """Check the new layers of the schemas this run's table step builds beside its own
+    (`assets.companions`), so that it builds each only from messages that passed
+    (`assets.layers_passed`): its batch, whatever their size, and in a live run the
+    tables that only grew, as far as the driver checks them (more is left to their own
+    runs). Schema name -> what came of it. A failure is theirs: their own run's check
+    reports it, and their table waits for it."""
+    plan = current_plan(conn, schema_id)
+    layers = pipeline_state(conn).layers
+    others = companions(context.instance, context.run.tags, conn, plan, layers)
+    outcomes: dict[str, str] = {}
+    for other in [*others.batch, *others.grown]:
+        every = decoded_set(spark, conn, other)
+        verdict = check_new_layers(spark, conn, every, driver_only=other in others.grown)
+        if verdict is None:
+            outcomes[every.name] = "left to its own run: more messages than the driver checks"
+        elif verdict.lines:
+            outcomes[every.name] = "failed: its own run's check says how"
+            context.log.warning(f"{every.name}: its new decoded messages fail the model")
+        else:
+            outcomes[every.name] = verdict.description or "passed"
+    return outcomes
 
 
 def _small_enough(paths: list[str]) -> arrow.Table | None:

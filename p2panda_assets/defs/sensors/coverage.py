@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import dagster as dg
 
+from p2panda_assets.defs.assets import THROUGH_TAG
 from p2panda_assets.defs.partitions import PARTITION_TAG, schema_id_of
 from p2panda_assets.defs.sensors.requests import FAMILY, QUEUED, UNFINISHED
 
 TRIGGER_TAG = "p2panda/trigger"  # what started the run: "notify" for the listener's runs
 NOTIFY = "notify"
-THROUGH_TAG = "p2panda/entries-through"  # see the module docstring
 
 
 def prefix_bound(seq: int, holes: tuple[tuple[int, int, float], ...]) -> int:

@@ -10,9 +10,10 @@ from typing import Self
 import dagster as dg
 import psycopg
 
+from p2panda_assets.defs.assets import THROUGH_TAG
 from p2panda_assets.defs.partitions import partition_keys
 from p2panda_assets.defs.resources import PostgresResource
-from p2panda_assets.defs.sensors.coverage import THROUGH_TAG, entries_covered, prefix_bound
+from p2panda_assets.defs.sensors.coverage import entries_covered, prefix_bound
 from p2panda_assets.defs.sensors.cursors import EntryCursor
 from p2panda_assets.defs.sensors.requests import (
     FAMILY,

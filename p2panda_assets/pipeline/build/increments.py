@@ -222,6 +222,37 @@ def plan_builds(
     return BuildPlan(states, increments, frozenset(whole - last), new, anew)
 
 
+def only_grown(
+    conn: psycopg.Connection,
+    catalog: Catalog,
+    order: BuildOrder,
+    schema_ids: Sequence[str],
+    layers: Sequence[str],
+) -> list[str]:
+    """Of `schema_ids` (in their order), those whose table a build brings up to date by
+    an increment, as far as the kept sums of the index's `layers` tell without reading a
+    message: built under the lens they have now, with messages of their own in batches
+    after their table's. (`plan_builds` still decides: a fork or a gap found then builds
+    whole.) None while a layer has no kept sums: only `layer_sums`' Spark job sums it."""
+    kept = state_sql.layer_digests(conn, layers)
+    if len(kept) < len(set(layers)):
+        return []
+    newest: dict[str, int] = {}
+    for sums in kept.values():
+        for schema, assigned, batch, _count, _bits in sums:
+            if assigned and schema is not None:
+                newest[schema] = max(newest.get(schema, -1), batch)
+    built = tables.build_states(conn, schema_ids)
+    return [
+        s
+        for s in schema_ids
+        if s in built
+        and s in catalog.histories
+        and newest.get(s, -1) > built[s].batch
+        and built[s].lens == lens_key(catalog, order, s)
+    ]
+
+
 def layers_after(conn: psycopg.Connection, layers: Sequence[str], batch: int) -> list[str]:
     """The `layers` that hold a message of a batch after `batch`, by their kept sums
     (`layer_sums` keeps them before a build plans): an increment's new messages are in
