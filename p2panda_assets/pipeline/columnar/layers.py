@@ -15,9 +15,9 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from p2panda_assets.pipeline.columnar.warehouse import (
+    SCHEMA_DIR,
     Warehouse,
     children,
-    exists,
     remove,
     warehouse_root,
 )
@@ -93,8 +93,30 @@ def decoded_layers(spark: SparkSession, conn: psycopg.Connection, schema_id: str
     """`decoded_paths` by the name of their layer, oldest first."""
     state = state_sql.pipeline_state(conn)
     warehouse = Warehouse(warehouse_root(), state.warehouse_token)
-    paths = {run: warehouse.chained_schema(run, schema_id) for run in state.layers}
-    return {run: path for run, path in paths.items() if exists(spark, path)}
+    return {
+        run: warehouse.chained_schema(run, schema_id)
+        for run in state.layers
+        if schema_id in schemas_in_layer(spark, warehouse.chained(run))
+    }
+
+
+_SCHEMAS_IN_LAYER: dict[str, frozenset[str]] = {}
+_SCHEMAS_IN_LAYER_KEPT = 4096  # layers remembered; past that, forgotten all at once
+
+
+def schemas_in_layer(spark: SparkSession, path: str) -> frozenset[str]:
+    """The schemas a committed layer at `path` holds messages of (its `schema=`
+    directories), listed once a process: a committed layer never changes. A live run
+    asks it of every schema it builds, twice, for each of up to ~12 layers; asking the
+    file system each time (a JVM call per path) cost ~1 ms a path."""
+    found = _SCHEMAS_IN_LAYER.get(path)
+    if found is None:
+        names = children(spark, path)
+        found = frozenset(n.removeprefix(SCHEMA_DIR) for n in names if n.startswith(SCHEMA_DIR))
+        if len(_SCHEMAS_IN_LAYER) >= _SCHEMAS_IN_LAYER_KEPT:
+            _SCHEMAS_IN_LAYER.clear()
+        _SCHEMAS_IN_LAYER[path] = found
+    return found
 
 
 def keep_chained(spark: SparkSession, warehouse: Warehouse, keep: set[str]) -> None:

@@ -26,6 +26,7 @@ from p2panda_assets.tuning import ENVIRONMENT, tuning
 
 WAREHOUSE_ENV = ENVIRONMENT["warehouse"]
 NO_SCHEMA = "-"  # the chained partition of logs that belong to no schema (yet)
+SCHEMA_DIR = "schema="  # a layer's directory of one schema's messages: schema=<id>
 
 
 def warehouse_root() -> str:
@@ -68,7 +69,7 @@ class Warehouse:
         return f"{self.chained_root}/{run}"
 
     def chained_schema(self, run: str, schema_id: str) -> str:
-        return f"{self.chained(run)}/schema={schema_id}"
+        return f"{self.chained(run)}/{SCHEMA_DIR}{schema_id}"
 
 
 def _filesystem(spark: SparkSession, path: str):
