@@ -17,16 +17,14 @@ import psycopg
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from dagster_pyspark import PySparkResource
 
 from p2panda_assets.defs.assets import BATCH_TAG, THROUGH_TAG, family
 from p2panda_assets.defs.checks import checks, decoded_messages_match_their_model
-from p2panda_assets.defs.resources import PostgresResource
 from p2panda_assets.engine.corpus import reduce_corpus
 from p2panda_assets.pipeline.columnar.layers import decoded_layers
-from p2panda_assets.pipeline.spark.session import build_session, spark_config
+from p2panda_assets.pipeline.spark.session import build_session
 from p2panda_assets.store.checked_layers import checked_layers
-from p2panda_assets.store.database import DATABASE_URL_ENV, connect, ensure_schema
+from p2panda_assets.store.database import DATABASE_URL_ENV, connect
 from p2panda_assets.testing.builder import (
     CorpusBuilder,
     InstanceAuthor,
@@ -34,7 +32,8 @@ from p2panda_assets.testing.builder import (
     create_field,
     instances,
 )
-from tests.automation.store import publish, register_schemas
+from tests.automation.family_runs import family_resources, fresh_store
+from tests.automation.store import publish
 from tests.pipeline.compare import engine_tables, pg_tables
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
@@ -109,17 +108,9 @@ def two(spark, session_database: str, tmp_path) -> Iterator[Two]:
         tagger: InstanceAuthor = instances(corpus.author(33), 1)
         writer.create(note.ref(), title="one")
         tagger.create(tag.ref(), label="red")
-        with connect(session_database, autocommit=True) as conn:
-            conn.execute("DROP SCHEMA IF EXISTS p2panda CASCADE")
-            conn.execute("DROP SCHEMA IF EXISTS p2panda_data CASCADE")
-            ensure_schema(conn)
-            publish(conn, corpus.pairs)
-            register_schemas(conn, note.schema_id, tag.schema_id)
+        fresh_store(session_database, corpus.pairs, note.schema_id, tag.schema_id)
         instance.add_dynamic_partitions("schemas", [note.schema_id, tag.schema_id])
-        resources = {
-            "postgres": PostgresResource(url=session_database),
-            "pyspark": PySparkResource(spark_config=spark_config("local[2]")),
-        }
+        resources = family_resources(session_database)
         two = Two(session_database, instance, resources, corpus, note, tag)
         for schema in (note, tag):
             assert two.run(schema).success

@@ -10,14 +10,11 @@ from dataclasses import dataclass
 import dagster as dg
 import psycopg
 import pytest
-from dagster_pyspark import PySparkResource
 
 from p2panda_assets.defs.assets import family
 from p2panda_assets.defs.checks import checks, table_matches_the_current_lens
-from p2panda_assets.defs.resources import PostgresResource
-from p2panda_assets.pipeline.spark.session import spark_config
 from p2panda_assets.store.checked_tables import checked_table
-from p2panda_assets.store.database import DATABASE_URL_ENV, connect, ensure_schema
+from p2panda_assets.store.database import DATABASE_URL_ENV, connect
 from p2panda_assets.store.registry import table_name_for
 from p2panda_assets.testing.builder import (
     CorpusBuilder,
@@ -26,7 +23,8 @@ from p2panda_assets.testing.builder import (
     create_field,
     instances,
 )
-from tests.automation.store import publish, register_schemas
+from tests.automation.family_runs import family_resources, fresh_store
+from tests.automation.store import publish
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
@@ -94,17 +92,9 @@ def notes(spark, session_database: str, tmp_path) -> Iterator[Notes]:
         writer = instances(corpus.author(22), 1)
         for title in ("one", "two", "three"):
             writer.create(schema.ref(), title=title)
-        with connect(session_database, autocommit=True) as conn:
-            conn.execute("DROP SCHEMA IF EXISTS p2panda CASCADE")
-            conn.execute("DROP SCHEMA IF EXISTS p2panda_data CASCADE")
-            ensure_schema(conn)
-            publish(conn, corpus.pairs)
-            register_schemas(conn, schema.schema_id)
+        fresh_store(session_database, corpus.pairs, schema.schema_id)
         instance.add_dynamic_partitions("schemas", [schema.schema_id])
-        resources = {
-            "postgres": PostgresResource(url=session_database),
-            "pyspark": PySparkResource(spark_config=spark_config("local[2]")),
-        }
+        resources = family_resources(session_database)
         yield Notes(
             session_database, instance, resources, corpus, schema, writer, len(corpus.pairs)
         )
