@@ -11,34 +11,49 @@ them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import psycopg
+
+Passed = tuple[Sequence[str], Sequence[str]]  # the layers that passed, the layers current
 
 
 def checked_layers(conn: psycopg.Connection, schema_id: str) -> set[str]:
     """The layers whose `schema_id` partition passed the check."""
+    return checked_layers_of(conn, [schema_id])[schema_id]
+
+
+def checked_layers_of(conn: psycopg.Connection, schema_ids: Sequence[str]) -> dict[str, set[str]]:
+    """`checked_layers` of each of `schema_ids`, in one query."""
     rows = conn.execute(
-        "SELECT layer FROM p2panda.checked_layers WHERE schema_id = %s", (schema_id,)
+        "SELECT schema_id, layer FROM p2panda.checked_layers WHERE schema_id = ANY(%s)",
+        (list(schema_ids),),
     )
-    return {layer for (layer,) in rows}
+    found: dict[str, set[str]] = {schema_id: set() for schema_id in schema_ids}
+    for schema_id, layer in rows:
+        found[schema_id].add(layer)
+    return found
 
 
 def record_checked_layers(
     conn: psycopg.Connection, schema_id: str, passed: Sequence[str], current: Sequence[str]
 ) -> None:
     """The partition of `passed` layers passed; forget those no longer `current`."""
-    with conn.transaction():
-        conn.execute(
+    record_checked_layers_of(conn, {schema_id: (passed, current)})
+
+
+def record_checked_layers_of(conn: psycopg.Connection, passed: Mapping[str, Passed]) -> None:
+    """`record_checked_layers` of each schema `passed` names, in one transaction."""
+    with conn.transaction(), conn.cursor() as cursor:
+        cursor.executemany(
             "DELETE FROM p2panda.checked_layers WHERE schema_id = %s AND NOT (layer = ANY(%s))",
-            (schema_id, list(current)),
+            [(schema_id, list(current)) for schema_id, (_, current) in passed.items()],
         )
-        with conn.cursor() as cursor:
-            cursor.executemany(
-                "INSERT INTO p2panda.checked_layers (schema_id, layer) VALUES (%s, %s)"
-                " ON CONFLICT DO NOTHING",
-                [(schema_id, layer) for layer in passed],
-            )
+        cursor.executemany(
+            "INSERT INTO p2panda.checked_layers (schema_id, layer) VALUES (%s, %s)"
+            " ON CONFLICT DO NOTHING",
+            [(schema_id, layer) for schema_id, (layers, _) in passed.items() for layer in layers],
+        )
 
 
 def forget_checked_layers(conn: psycopg.Connection, schema_id: str) -> None:
