@@ -35,6 +35,7 @@ from p2panda_assets.pipeline.kernels.declared import (
     assigned_to,
     count_where,
     evaluated,
+    may_be_touched,
     project,
 )
 
@@ -101,6 +102,10 @@ def after_2(r: dict[str, Any]) -> bool:
     return r["batch"] > 2
 
 
+def may_be_touched_by_i1_h2_after_2_or_3(r: dict[str, Any]) -> bool:
+    return message_key(r) in (b"i1", b"h2") or r["batch"] > 2
+
+
 def assigned_to_s1(r: dict[str, Any]) -> bool:
     return r["assignment"] == "assigned" and r["schema"] == "s1"
 
@@ -124,6 +129,12 @@ CASES: list[tuple[str, Expr, tuple[str, ...], Callable[[dict[str, Any]], Any]]] 
     ("message key", MESSAGE_KEY, ("instance", "kind", "hash"), message_key),
     ("new without key", NEW_WITHOUT_KEY, ("batch", "built_batch", "key"), new_without_key),
     ("after", after(2), ("batch",), after_2),
+    (
+        "may be touched",
+        may_be_touched([b"i1", b"h2"], [3, 2]),
+        ("instance", "kind", "hash", "batch"),
+        may_be_touched_by_i1_h2_after_2_or_3,
+    ),
     ("assigned to", assigned_to(["s1"]), ("assignment", "schema"), assigned_to_s1),
     ("longer than 3 characters", LONGER_THAN_3, ("text",), longer_than_3),
     ("not 4 hex digits", NOT_HEX_4, ("text",), not_hex_4),

@@ -26,10 +26,12 @@ from p2panda_assets.pipeline.kernels.batches import Row, arrow_schema, output_ba
 from p2panda_assets.pipeline.kernels.declared import (
     MESSAGE_KEY,
     NEW_WITHOUT_KEY,
+    And,
     after,
     assigned_to,
     evaluated,
     expression,
+    may_be_touched,
 )
 from p2panda_assets.pipeline.kernels.reduce import (
     ACCOUNTED,
@@ -71,7 +73,11 @@ def touched_locally(
     if dataset is None:
         return pa.table({name: [] for name in (*READ, "built_batch")})
     named = pa.array(list(keys), pa.binary())
-    wanted = expression(assigned_to(increments))
+    # Only the messages that may be touched leave the scan, filtered as pyarrow reads
+    # them: keying every message of the schemas first cost a live run on the 1M store
+    # ~0.4 s of its ~0.5 s scan.
+    maybe = And(assigned_to(increments), may_be_touched(keys, increments.values()))
+    wanted = expression(maybe)
     parts = [_touched(b, increments, named) for b in scan_batches(dataset, list(READ), wanted)]
     if not parts:  # none of the schemas' messages: the columns, typed
         parts = [_touched(dataset.schema.empty_table().select(list(READ)), increments, named)]

@@ -162,6 +162,14 @@ MESSAGE_KEY = Coalesce((Col("instance"), When(Eq(Col("kind"), Lit("create")), Co
 NEW_WITHOUT_KEY = And(Gt(Col("batch"), Col("built_batch")), IsNull(Col("key")))
 
 
+def may_be_touched(keys: Iterable[bytes], built: Iterable[int]) -> Expr:
+    """A message that may be one an increment reduces again: one that creates or names
+    one of `keys` (`MESSAGE_KEY`), or of a batch after the oldest of the `built`
+    batches. A superset of what `MESSAGE_KEY` and `NEW_WITHOUT_KEY` keep, decided
+    without `built_batch`: a scan can drop the rest as it reads."""
+    return Or(In(MESSAGE_KEY, tuple(keys)), after(min(built, default=-1)))
+
+
 def after(batch: int) -> Expr:
     """A message of a batch after `batch`."""
     return Gt(Col("batch"), Lit(batch, "long"))
