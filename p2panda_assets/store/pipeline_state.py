@@ -257,10 +257,13 @@ def _settle_accounts(conn: psycopg.Connection, accounts: Stage) -> None:
 
 # The entries verified (every one up to `verified_through`: the store as verification
 # read it, not as it is now, when an ingest may have committed more) and the schemas
-# registered.
+# registered. The bound alone names the verified entries: an entry is never deleted, and
+# the only one that leaves the bound, a copy with a payload verdict replaced by a later
+# copy (`store.ingest`), was never in the index (`VERIFIED_GOOD`), and its new copy is
+# new to verification. (Counting the entries up to the bound, as this did, read every
+# verified entry's key at each index step: ~0.06 s at 1M entries.)
 FINGERPRINT = """
 SELECT 'through=' || s.verified_through
-    || ';entries=' || (SELECT count(*) FROM p2panda.entries WHERE ingest_seq <= s.verified_through)
     || ';schemas=' || (SELECT md5(coalesce(string_agg(schema_id, ',' ORDER BY schema_id), ''))
         FROM p2panda.schemas)
 FROM p2panda.pipeline_state s WHERE s.id = 1
