@@ -343,7 +343,7 @@ def built(instance: Any, run_id: str, seconds: float) -> dict[str, object]:
                     shown[key] = metadata[key].value
     logs = instance.all_logs(run_id)
     shown["built_together"] = next(
-        (e.user_message for e in logs if "built in one Spark job" in (e.user_message or "")), ""
+        (e.user_message for e in logs if "built together" in (e.user_message or "")), ""
     )[:200]
     return shown
 

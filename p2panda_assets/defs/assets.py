@@ -280,9 +280,13 @@ def materialized_table(
         name = name_the_run(context, conn, schema_id, index.catalog)  # also a table-only run
         pending = outcome.status is BuildStatus.PENDING
         standing = pending and bool(outcome.table_name) and table_exists(conn, outcome.table_name)
-    built = [o.schema_id for o in outcomes if o.status in BUILT]
-    if len(built) > 1 or (built and built != [schema_id]):
-        context.log.info(f"built in one Spark job: {', '.join(built)}")
+    built = [o for o in outcomes if o.status in BUILT]
+    if len(built) > 1 or (built and built[0].schema_id != schema_id):
+        ways = ", ".join(
+            sorted({f"{'incremental' if o.incremental else 'whole'}/{o.path}" for o in built})
+        )
+        names = ", ".join(o.schema_id for o in built)
+        context.log.info(f"built together ({ways}): {names}")
     if pending:
         # Materialized as what it is: no table built, the reason and what it waits for.
         # Dagster has no "pending" state, and a partition a backfill targets that ends

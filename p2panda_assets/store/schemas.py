@@ -80,6 +80,14 @@ def record_outcome(
     )
 
 
+def built_rows(conn: psycopg.Connection, schema_id: str) -> int | None:
+    """The rows the schema's table held when it was last written (None: not recorded)."""
+    row = conn.execute(
+        "SELECT rows FROM p2panda.schemas WHERE schema_id = %s", (schema_id,)
+    ).fetchone()
+    return None if row is None or row[0] is None else int(row[0])
+
+
 def record_built_table(
     conn: psycopg.Connection,
     schema_id: str,

@@ -223,19 +223,27 @@ def apply_increment(
 ) -> None:
     """Replace the rows of the `touched` instances with the staged ones (the live among
     them), upsert their messages' accounts, add the `deleted` ones to the deleted set,
-    and count the rows, in one transaction. The table keeps its name and its views."""
+    and count the rows, in one transaction. The table keeps its name and its views.
+    The rows are counted from the registry's count and the rows replaced: counting the
+    table read every row of it at each increment (~2 ms a schema of 25,000 rows)."""
     table = sql.Identifier(*split_table_name(outcome.table_name))
     with conn.transaction():
-        conn.execute(
+        before = schemas.built_rows(conn, outcome.schema_id)
+        removed = conn.execute(
             sql.SQL("DELETE FROM {} WHERE _instance_id = ANY(%s)").format(table),
             ([t.hex() for t in touched],),
-        )
-        conn.execute(sql.SQL("INSERT INTO {} SELECT * FROM {}").format(table, stage.identifier))
+        ).rowcount
+        added = conn.execute(
+            sql.SQL("INSERT INTO {} SELECT * FROM {}").format(table, stage.identifier)
+        ).rowcount
         accounts_sql.upsert_instance_accounts(conn, accounts.identifier, outcome.schema_id)
         deleted_sql.add_deleted(conn, outcome.schema_id, deleted)
-        row = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone()
-        assert row is not None
-        outcome.rows = int(row[0])
+        if before is None:  # a table built before the registry counted its rows
+            row = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone()
+            assert row is not None
+            outcome.rows = int(row[0])
+        else:
+            outcome.rows = before - removed + added
         update_registry(conn, outcome, fingerprint, state)
         failpoint(Failpoint.SWAPPING)
 

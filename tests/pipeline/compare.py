@@ -57,17 +57,20 @@ def engine_tables(corpus: Corpus) -> dict[str, list[tuple]]:
 
 
 def pg_tables(conn: psycopg.Connection, schema_ids: list[str]) -> dict[str, list[tuple]]:
+    """The rows of each materialized table; the registry's count of them must be right
+    (an increment counts them from it, `store.tables.apply_increment`)."""
     tables = {}
     for schema_id in schema_ids:
-        status = conn.execute(
-            "SELECT status FROM p2panda.schemas WHERE schema_id = %s", (schema_id,)
-        ).fetchone()[0]
+        status, counted = conn.execute(
+            "SELECT status, rows FROM p2panda.schemas WHERE schema_id = %s", (schema_id,)
+        ).fetchone()
         if status != "materialized":
             continue
         schema, name = table_name_for(schema_id).split(".")
         rows = conn.execute(
             sql.SQL("SELECT * FROM {} ORDER BY _instance_id").format(sql.Identifier(schema, name))
         ).fetchall()
+        assert counted == len(rows), f"{schema_id}: the registry counts {counted} rows"
         tables[schema_id] = [tuple(normal(v) for v in row) for row in rows]
     return tables
 

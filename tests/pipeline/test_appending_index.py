@@ -131,6 +131,33 @@ def test_a_gap_filled_later_chains_every_log_again(spark, session_database):
     assert run_parts(spark, session_database, corpus, parts, [schema.schema_id]) == [0, 0]
 
 
+def test_a_payload_that_arrives_after_a_run_is_built_by_the_next(spark, session_database):
+    """An entry first stored without its payload (`missing-payload`, at ingest) while the
+    run indexes its log; its payload arrives later, and the copy that has it replaces
+    the stored one, which leaves the verified bound (`store.ingest`): the next run
+    verifies and builds it. The index's fingerprint names the bound, not a count of
+    the entries within it."""
+    corpus, schema = notes()
+    log = instances(corpus.author(2), 1)
+    for title in "abc":
+        log.create(schema.ref(), title=title)
+    *before, (last, payload) = corpus.pairs
+    registered = {schema.schema_id}
+    with empty_store(session_database) as conn:
+        register(conn, *parse_schema_id(schema.schema_id), None)
+        ingest(conn, [*before, (last, None)])
+        run_pipeline(spark, conn, session_database)
+        without = reduce_corpus([*before, (last, None)], registered)
+        assert pg_tables(conn, sorted(registered)) == engine_tables(without)
+        assert pg_accounts(conn) == engine_accounts(without)
+        ingest(conn, [(last, payload)])
+        run_pipeline(spark, conn, session_database)
+        expected = reduce_corpus(corpus.pairs, registered)
+        assert pg_tables(conn, sorted(registered)) == engine_tables(expected)
+        assert pg_accounts(conn) == engine_accounts(expected)
+        assert len(pg_tables(conn, sorted(registered))[schema.schema_id]) == 3
+
+
 def test_a_log_waiting_for_its_schema_is_chained_again_when_it_arrives(spark, session_database):
     """A log names a schema whose log arrives after it: what the last index step decided
     of that log changes (pending, then assigned), so every log is chained again."""
