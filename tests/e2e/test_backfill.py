@@ -517,9 +517,10 @@ def check_order(instance: dg.DagsterInstance, backfill_id: str, corpus_story: St
     logged = [
         e.message
         for e in instance.all_logs(first)
-        if e.message and e.message.startswith("built in one Spark job")
+        if e.message and e.message.startswith("built together")
     ]
     assert logged and up in logged[0] and down in logged[0], logged
+    assert logged[0].startswith("built together (whole/spark): "), logged
     return "\n".join(
         [
             f"  backfill runs submitted for {[p.partition('.')[0] for p in submitted]}",
