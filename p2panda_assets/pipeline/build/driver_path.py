@@ -74,8 +74,8 @@ def touched_locally(
         return pa.table({name: [] for name in (*READ, "built_batch")})
     named = pa.array(list(keys), pa.binary())
     # Only the messages that may be touched leave the scan, filtered as pyarrow reads
-    # them: keying every message of the schemas first cost a live run on the 1M store
-    # ~0.4 s of its ~0.5 s scan.
+    # them: keying every message of the schemas first made the scan of the 1M store's
+    # 20 schemas 0.57 s, against 0.24 s.
     maybe = And(assigned_to(increments), may_be_touched(keys, increments.values()))
     wanted = expression(maybe)
     parts = [_touched(b, increments, named) for b in scan_batches(dataset, list(READ), wanted)]
