@@ -38,14 +38,18 @@ from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.pipeline.build.columns import pg_type
 from p2panda_assets.pipeline.build.increments import only_grown
 from p2panda_assets.pipeline.columnar.arrow_io import LocalReadUnavailable, kinds_counted, say_once
-from p2panda_assets.pipeline.columnar.layers import decoded_layers, read_schema_layers
+from p2panda_assets.pipeline.columnar.layers import (
+    decoded_layers,
+    decoded_layers_of,
+    read_schema_layers,
+)
 from p2panda_assets.pipeline.index.step import last_index, run_index
 from p2panda_assets.pipeline.materialize import materialize_schemas
 from p2panda_assets.pipeline.spark.watchdog import watched
 from p2panda_assets.protocol.ids import checked_schema_id
 from p2panda_assets.statuses import BUILT, BuildStatus
 from p2panda_assets.store.catalog import registered_schemas, stored_catalog
-from p2panda_assets.store.checked_layers import checked_layers
+from p2panda_assets.store.checked_layers import checked_layers_of
 from p2panda_assets.store.registry import schema_entry_count, shown_name_of
 from p2panda_assets.store.tables import SYSTEM_COLUMNS, registry_outcome, table_exists
 
@@ -268,7 +272,7 @@ def materialized_table(
         index = last_index(spark, conn)
         plan = MigrationPlan(schema_id, index.catalog, index.order)
         others = companions(context.instance, context.run.tags, conn, plan, index.layers)
-        passed = [s for s in [*others.batch, *others.grown] if layers_passed(spark, conn, s)]
+        passed = layers_passed(spark, conn, [*others.batch, *others.grown])
         with watched(spark, holder=conn):
             outcomes = materialize_schemas(
                 spark, conn, postgres.resolved_url(), index, sorted({schema_id, *passed})
@@ -400,10 +404,15 @@ def companions(
     )
 
 
-def layers_passed(spark: SparkSession, conn: psycopg.Connection, schema_id: str) -> bool:
-    """Whether every decoded layer of `schema_id` passed the blocking decoded check
-    (`store.checked_layers`): a table is built only from messages that did."""
-    return set(decoded_layers(spark, conn, schema_id)) <= checked_layers(conn, schema_id)
+def layers_passed(
+    spark: SparkSession, conn: psycopg.Connection, schema_ids: Sequence[str]
+) -> list[str]:
+    """Those of `schema_ids` whose every decoded layer passed the blocking decoded check
+    (`store.checked_layers`): a table is built only from messages that did. Two queries,
+    however many schemas (a live run asks it of ~20)."""
+    holding = decoded_layers_of(spark, conn, schema_ids)
+    checked = checked_layers_of(conn, schema_ids)
+    return [s for s in schema_ids if set(holding[s]) <= checked[s]]
 
 
 family = [raw_entries, decoded_messages, migration_plan, materialized_table]

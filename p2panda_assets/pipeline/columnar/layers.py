@@ -91,12 +91,22 @@ def decoded_paths(spark: SparkSession, conn: psycopg.Connection, schema_id: str)
 
 def decoded_layers(spark: SparkSession, conn: psycopg.Connection, schema_id: str) -> dict[str, str]:
     """`decoded_paths` by the name of their layer, oldest first."""
+    return decoded_layers_of(spark, conn, [schema_id])[schema_id]
+
+
+def decoded_layers_of(
+    spark: SparkSession, conn: psycopg.Connection, schema_ids: Sequence[str]
+) -> dict[str, dict[str, str]]:
+    """`decoded_layers` of each of `schema_ids`, from one read of the progress row."""
     state = state_sql.pipeline_state(conn)
     warehouse = Warehouse(warehouse_root(), state.warehouse_token)
     return {
-        run: warehouse.chained_schema(run, schema_id)
-        for run in state.layers
-        if schema_id in schemas_in_layer(spark, warehouse.chained(run))
+        schema_id: {
+            run: warehouse.chained_schema(run, schema_id)
+            for run in state.layers
+            if schema_id in schemas_in_layer(spark, warehouse.chained(run))
+        }
+        for schema_id in schema_ids
     }
 
 
