@@ -38,11 +38,7 @@ from p2panda_assets.errors import P2pandaError, Reason
 from p2panda_assets.pipeline.build.columns import pg_type
 from p2panda_assets.pipeline.build.increments import only_grown
 from p2panda_assets.pipeline.columnar.arrow_io import LocalReadUnavailable, kinds_counted, say_once
-from p2panda_assets.pipeline.columnar.layers import (
-    decoded_layers,
-    decoded_layers_of,
-    read_schema_layers,
-)
+from p2panda_assets.pipeline.columnar.layers import decoded_layers_of, read_schema_layers
 from p2panda_assets.pipeline.index.step import last_index, run_index
 from p2panda_assets.pipeline.materialize import materialize_schemas
 from p2panda_assets.pipeline.spark.watchdog import watched
@@ -152,9 +148,18 @@ def decoded_of(partition_key: str, pyspark: PySparkResource, postgres: PostgresR
 
 def decoded_set(spark: SparkSession, conn: psycopg.Connection, schema_id: str) -> Decoded:
     """The decoded messages of the registered schema `schema_id`."""
-    layers = decoded_layers(spark, conn, schema_id)
-    name = shown_name_of(conn, schema_id) or schema_id
-    return Decoded(schema_id, name, list(layers.values()), tuple(layers))
+    return decoded_sets(spark, conn, [schema_id])[schema_id]
+
+
+def decoded_sets(
+    spark: SparkSession, conn: psycopg.Connection, schema_ids: Sequence[str]
+) -> dict[str, Decoded]:
+    """`decoded_set` of each of `schema_ids`, from one read of the progress row."""
+    found = {}
+    for schema_id, layers in decoded_layers_of(spark, conn, schema_ids).items():
+        name = shown_name_of(conn, schema_id) or schema_id
+        found[schema_id] = Decoded(schema_id, name, list(layers.values()), tuple(layers))
+    return found
 
 
 @dg.asset(partitions_def=schemas, group_name=GROUP, deps=[raw_entries], kinds={"spark", "parquet"})

@@ -80,12 +80,13 @@ def record_outcome(
     )
 
 
-def built_rows(conn: psycopg.Connection, schema_id: str) -> int | None:
-    """The rows the schema's table held when it was last written (None: not recorded)."""
+def built_rows(conn: psycopg.Connection, schema_id: str) -> int:
+    """The rows the schema's built table held when it was last written."""
     row = conn.execute(
         "SELECT rows FROM p2panda.schemas WHERE schema_id = %s", (schema_id,)
     ).fetchone()
-    return None if row is None or row[0] is None else int(row[0])
+    assert row is not None and row[0] is not None  # written with the table's build state
+    return int(row[0])
 
 
 def record_built_table(

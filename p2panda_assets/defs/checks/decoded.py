@@ -39,7 +39,7 @@ from p2panda_assets.defs.assets import (
     current_plan,
     decoded_messages,
     decoded_of,
-    decoded_set,
+    decoded_sets,
 )
 from p2panda_assets.defs.checks.tally import (
     ROWS,
@@ -360,7 +360,7 @@ def check_companions(
     plan = current_plan(conn, schema_id)
     layers = pipeline_state(conn).layers
     others = companions(context.instance, context.run.tags, conn, plan, layers)
-    sets = {other: decoded_set(spark, conn, other) for other in [*others.batch, *others.grown]}
+    sets = decoded_sets(spark, conn, [*others.batch, *others.grown])
     together = passed_together(conn, sets)
     outcomes = {sets[other].name: "passed" for other in together}
     for other, every in sets.items():
