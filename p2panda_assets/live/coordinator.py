@@ -21,32 +21,55 @@ starts the listener the first time, and starts it again if it died. The webserve
 the queue's settings) and never start a listener.
 
 Everything else is Dagster's QueuedRunCoordinator: the listener's runs are submitted to
-this queue and wait there like every other run. One more setting, `dequeue_every_seconds`
-(default 0.5): the period of the daemon's queue loop, which Dagster's
-`dequeue_interval_seconds` gives in whole seconds only; a run waits for the loop's next
-turn, half a period on average (bench/latency.py: 0.4-1.0 s from the run's request to its
-launch at 1 s). The loop waits in steps of 0.5 s, so less than that is 0.5 s.
+this queue and wait there like every other run, one at a time.
+
+What changes is when the queue loop turns. Dagster's loop sleeps a fixed period between
+its turns, in steps of 0.5 s, so a run waited ~0.5 s in the queue: a third of an entry's
+way to its row on a store of 1M entries (docs/live-path.md). Here each turn begins by
+waiting for the queue bell (`ring`), or `dequeue_every_seconds` (default 0.5) at most,
+and the loop's own period is 0. The bell rings when a run is submitted in this process
+(the listener, the sensors, the backfill daemon: all in the daemon's process) and when
+the resident worker is done with a run (`ring_queue`, from its launcher), so a run
+submitted to an idle deployment, or waiting behind the run that just ended, starts
+within a turn's work. A run submitted elsewhere (the UI, `panda`) waits up to
+`dequeue_every_seconds`, as before. Dagster has no hook at the start of a turn; its
+`run_iteration` asks the coordinator for the queue's settings (`get_run_queue_config`)
+first, and the wait happens in that call when the loop's turn makes it
+(`_asked_by_the_queue_loop`). Should a Dagster release move that call, no turn waits:
+the loop then sleeps `dequeue_every_seconds` between turns (`dequeue_use_threads`), as
+Dagster's did, and says so once in the daemon's log.
 """
 
 from __future__ import annotations
 
+import logging
+import sys
 import threading
 from collections.abc import Mapping
+from types import FrameType
 from typing import TYPE_CHECKING, Any, Self
 
 import dagster as dg
-from dagster._core.run_coordinator import QueuedRunCoordinator
+from dagster._core.run_coordinator import QueuedRunCoordinator, SubmitRunContext
+from dagster._core.run_coordinator.queued_run_coordinator import RunQueueConfig
+from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import (
+    QueuedRunCoordinatorDaemon,
+)
 from dagster._serdes import ConfigurableClassData
 
 if TYPE_CHECKING:  # imported by the daemon only: the webserver and `panda` need none of it
     from p2panda_assets.live.listener import Listener
 
+log = logging.getLogger("dagster.daemon.P2pandaQueue")  # shown as the daemon's own
+
 DEFAULT_LOCATION = "p2panda_assets"  # the location name of workspace.yaml and deploy/'s
-DEFAULT_DEQUEUE_EVERY = 0.5  # seconds between the queue loop's turns
+DEFAULT_DEQUEUE_EVERY = 0.5  # the longest a turn of the queue loop waits for the bell
+_TURN = QueuedRunCoordinatorDaemon.run_iteration.__code__  # a turn of Dagster's queue loop
 
 
 class LiveRunCoordinator(QueuedRunCoordinator):
-    """QueuedRunCoordinator, plus the entry store's listener in the daemon (see above)."""
+    """QueuedRunCoordinator, plus the entry store's listener in the daemon and the queue
+    bell that starts the loop's turns (see above)."""
 
     def __init__(
         self,
@@ -59,6 +82,9 @@ class LiveRunCoordinator(QueuedRunCoordinator):
         self._dequeue_every = dequeue_every_seconds
         self._listener: Listener | None = None
         self._listener_lock = threading.Lock()
+        self._bell = threading.Event()
+        self._turn_waited = False  # the queue loop's turn in progress began at the bell
+        self._unpaced_said = False
 
     @classmethod
     def config_type(cls) -> dict:
@@ -77,8 +103,9 @@ class LiveRunCoordinator(QueuedRunCoordinator):
                 float,
                 default_value=DEFAULT_DEQUEUE_EVERY,
                 is_required=False,
-                description="Seconds between the daemon's looks at the run queue (in "
-                "steps of 0.5 s); replaces dequeue_interval_seconds, whole seconds only.",
+                description="The longest the daemon's run queue loop waits between its "
+                "turns: it turns at once when a run is submitted in the daemon or the "
+                "run in progress ends. Replaces dequeue_interval_seconds.",
             ),
         }
 
@@ -94,17 +121,48 @@ class LiveRunCoordinator(QueuedRunCoordinator):
         return coordinator
 
     @property
-    def dequeue_interval_seconds(self) -> float:  # type: ignore[override]
-        """The queue loop's period, which the daemon reads when it starts its loop: a
-        float (`IntervalDaemon` takes any number), so a run the listener submits waits
-        0.25 s for it on average instead of 0.5 s."""
+    def dequeue_every_seconds(self) -> float:
+        """The longest a turn of the queue loop waits for the bell."""
         return self._dequeue_every
 
     @property
+    def dequeue_interval_seconds(self) -> float:  # type: ignore[override]
+        """The queue loop's own period, which the daemon reads when it starts its loop:
+        none, since each turn begins by waiting for the bell (`get_run_queue_config`)."""
+        return 0.0
+
+    def submit_run(self, context: SubmitRunContext) -> dg.DagsterRun:
+        """Dagster's (the run is QUEUED), then the bell: the loop's next turn starts now."""
+        run = super().submit_run(context)
+        self.ring()
+        return run
+
+    def ring(self) -> None:
+        """Start the queue loop's next turn now (a run submitted, or one ended)."""
+        self._bell.set()
+
+    def get_run_queue_config(self) -> RunQueueConfig:
+        """The queue's settings. Asked by the queue loop's turn first of all: the turn
+        waits here for the bell, or `dequeue_every_seconds`. A ring is used up before the
+        turn reads the queue, so one during the turn starts the next at once."""
+        if _asked_by_the_queue_loop():
+            if self._bell.wait(self._dequeue_every):
+                self._bell.clear()
+            self._turn_waited = True
+        return super().get_run_queue_config()
+
+    @property
     def dequeue_use_threads(self) -> bool:
-        """Read by the daemon's run queue loop only, at each dequeue interval: the hook
-        that keeps the listener running."""
+        """Read by the daemon's run queue loop only, once a turn: the hook that keeps the
+        listener running, and the loop's pace should its turns not have waited."""
         self.ensure_listener()
+        if not self._turn_waited:  # Dagster no longer asks first (module docstring)
+            if not self._unpaced_said:
+                self._unpaced_said = True
+                log.warning("p2panda: the run queue turns every %s s", self._dequeue_every)
+            self._bell.wait(self._dequeue_every)
+            self._bell.clear()
+        self._turn_waited = False
         return super().dequeue_use_threads
 
     @property
@@ -125,3 +183,24 @@ class LiveRunCoordinator(QueuedRunCoordinator):
             if self._listener is not None:
                 self._listener.stop()
         super().dispose()
+
+
+def ring_queue(instance: dg.DagsterInstance) -> None:
+    """The run in progress has ended: the queue loop's next turn starts now, where the
+    instance's coordinator is this one."""
+    coordinator = instance.run_coordinator
+    if isinstance(coordinator, LiveRunCoordinator):
+        coordinator.ring()
+
+
+def _asked_by_the_queue_loop() -> bool:
+    """Whether `get_run_queue_config` is asked by a turn of Dagster's queue loop: its
+    `run_iteration` asks the instance's `get_concurrency_config()`, which asks this."""
+    frame: FrameType | None = sys._getframe(2)
+    for _ in range(3):
+        if frame is None:
+            return False
+        if frame.f_code is _TURN:
+            return True
+        frame = frame.f_back
+    return False

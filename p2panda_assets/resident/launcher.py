@@ -36,6 +36,7 @@ from dagster._core.launcher import (
 from dagster._serdes import ConfigurableClass, ConfigurableClassData, serialize_value
 
 from p2panda_assets.defs.dead_runs import HOST_TAG, PID_TAG, process_alive
+from p2panda_assets.live.coordinator import ring_queue
 from p2panda_assets.resident.protocol import NO_WARM_UP_ARG, REPORT_FD_ARG, finished_run
 
 
@@ -87,6 +88,7 @@ class _Worker:
             if run_id is not None:
                 with self.lock:
                     self.unfinished.discard(run_id)
+                ring_queue(self._instance)  # the run queued behind it starts now
         code = self.process.wait()
         with self.lock:
             left, self.unfinished = sorted(self.unfinished), set()

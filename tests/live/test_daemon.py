@@ -3,15 +3,19 @@ dev` and deploy/ start it), nothing else running. Entries written into the entry
 another process than `panda` (psql, the SQL INSERT a p2panda node would do, README) reach
 their table through a run the listener started, not a sensor tick; a burst of entries is
 one run; with the listener down, the sensors bring the entries in; no work is requested
-twice."""
+twice. The queue loop turns when a run is submitted in the daemon or the run in progress
+ends, not on its timer."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
+from pathlib import Path
 
 import dagster as dg
 import pytest
+import yaml
 from dagster._core.scheduler.instigation import TickStatus
 from dagster._core.storage.tags import SENSOR_NAME_TAG
 
@@ -19,6 +23,7 @@ from bench.latency import DaemonScenario, panda, scenario, wait_for_phase
 from p2panda_assets.defs.assets import THROUGH_TAG
 from p2panda_assets.defs.sensors import schema_entries_sensor
 from p2panda_assets.defs.sensors.coverage import NOTIFY, TRIGGER_TAG
+from p2panda_assets.failpoints import FAILPOINT_DIR_ENV, FAILPOINT_ENV, Failpoint
 from p2panda_assets.jsonlines import parse_line
 from p2panda_assets.protocol.entry import decode_entry
 
@@ -204,3 +209,75 @@ def test_outside_writes_reach_their_table_through_the_listener() -> None:
         assert caught.tags.get(SENSOR_NAME_TAG) == schema_entries_sensor.name
         assert TRIGGER_TAG not in caught.tags
         assert listener_backends(run.url), "the listener did not reconnect"
+
+
+LONGEST = 300.0  # the queue loop's longest wait in the test below: a turn on its timer
+PROMPT = 15.0  # what a run started by the bell waits in the queue at most, loaded machine
+
+
+def event_time(run: dg.DagsterRun, kind: dg.DagsterEventType) -> float:
+    with dg.DagsterInstance.get() as instance:
+        [event] = [e for e in instance.all_logs(run.run_id) if e.dagster_event_type == kind]
+    return event.timestamp
+
+
+def wait_for_status(
+    schema_id: str, since: float, status: dg.DagsterRunStatus, timeout: float = 120
+) -> dg.DagsterRun:
+    """The first run of the partition created after `since`, once it has `status`."""
+    deadline = time.time() + timeout
+    while True:
+        runs = runs_since(schema_id, since)
+        if runs and runs[-1].status == status:
+            return runs[-1]
+        assert time.time() < deadline, f"no run {status} after {timeout} s: {runs}"
+        time.sleep(0.05)
+
+
+def test_the_queue_turns_when_a_run_is_submitted_or_ends(tmp_path: Path) -> None:
+    """With the queue loop's timer at five minutes, a run submitted to an idle deployment
+    starts at once, and so does a run queued behind one, as soon as that one ends (held
+    at a failpoint meanwhile, so it is queued behind it for sure)."""
+    with scenario() as run:
+        config_path = Path(os.environ["DAGSTER_HOME"]) / "dagster.yaml"
+        config = yaml.safe_load(config_path.read_text())
+        config["run_coordinator"]["config"]["dequeue_every_seconds"] = LONGEST
+        config_path.write_text(yaml.safe_dump(config))
+        go = tmp_path / f"{Failpoint.INDEXED}.go"
+        go.touch()  # runs pass the failpoint until the test removes this
+        os.environ[FAILPOINT_ENV] = f"{Failpoint.INDEXED}:pause"
+        os.environ[FAILPOINT_DIR_ENV] = str(tmp_path)
+        run.author_schema()
+        run.start_daemon()
+        started = time.time()
+        while not run.rows():  # the first build, through the sensors
+            assert time.time() - started < 600, "no first build"
+            time.sleep(0.5)
+        run.wait_until_idle(timeout=600)
+
+        ids, pairs = publish(run, "alone")
+        inserted = outside_insert(run.url, pairs)
+        wait_rows(run, ids, inserted)
+        [alone] = runs_since(run.schema_id, inserted - 0.5)
+        idle_wait = event_time(alone, dg.DagsterEventType.RUN_STARTING) - created_at(alone)
+        assert idle_wait < PROMPT, idle_wait
+
+        go.unlink()
+        ids_ahead, pairs_ahead = publish(run, "ahead")
+        ids_behind, pairs_behind = publish(run, "behind")
+        inserted = outside_insert(run.url, pairs_ahead)
+        ahead = wait_for_status(run.schema_id, inserted - 0.5, dg.DagsterRunStatus.STARTED)
+        reached = tmp_path / f"{Failpoint.INDEXED}.reached"
+        while not reached.exists():
+            assert time.time() - inserted < 120, "the run ahead did not reach its failpoint"
+            time.sleep(0.05)
+        outside_insert(run.url, pairs_behind)
+        behind = wait_for_status(run.schema_id, inserted - 0.5, dg.DagsterRunStatus.QUEUED)
+        assert behind.run_id != ahead.run_id
+        go.touch()  # the run ahead goes on, and ends
+        wait_rows(run, ids_ahead + ids_behind, inserted)
+        run.wait_until_idle(timeout=600)
+        ended = event_time(ahead, dg.DagsterEventType.RUN_SUCCESS)
+        behind_wait = event_time(behind, dg.DagsterEventType.RUN_STARTING) - ended
+        assert behind_wait < PROMPT, behind_wait
+        print(f"queue: {idle_wait:.2f} s idle, {behind_wait:.2f} s behind a run that ended")
