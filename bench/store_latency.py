@@ -47,6 +47,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, cast
 
@@ -281,8 +282,10 @@ class Watcher:
 
 def runs_since(begin: float) -> dict[str, object]:
     """The runs created since `begin` (a Unix timestamp): how many, their wait in the
-    queue, their length, and each step's, as median and max (steps: also how many ran),
-    from Dagster's run records and step stats. What a stream's latency is made of."""
+    queue, their length, the gap between a run's end and the start of the next where
+    that one was already queued, and each step's length, as median and max (steps: also
+    how many ran), from Dagster's run records and step stats. What a stream's latency is
+    made of."""
     import dagster as dg
 
     with dg.DagsterInstance.get() as instance:
@@ -310,6 +313,15 @@ def runs_since(begin: float) -> dict[str, object]:
                     if stat.step_key == "materialized_table":
                         tables.append((seconds, record.dagster_run.run_id))
         slowest = [built(instance, run_id, seconds) for seconds, run_id in sorted(tables)[-3:]]
+        spans = sorted(  # (created, started, ended) of the runs that ran
+            (r.create_timestamp.timestamp(), r.start_time, r.end_time)
+            for r in records
+            if r.start_time is not None and r.end_time is not None
+        )
+        ran = sorted(spans, key=lambda span: span[1])
+        gaps = [  # from a run's end to the next run's start, where that one waited for it
+            after[1] - before[2] for before, after in pairwise(ran) if after[0] < before[2]
+        ]
 
     def spread(values: list[float]) -> dict[str, float]:
         ordered = sorted(values) or [0.0]
@@ -320,6 +332,7 @@ def runs_since(begin: float) -> dict[str, object]:
         "ended": ended,
         "queue_s": spread(waits),
         "run_s": spread(lengths),
+        "between_runs_s": spread(gaps),
         "steps_s": {key: {"ran": len(v), **spread(v)} for key, v in sorted(steps.items())},
         "slowest_tables": slowest,
     }
