@@ -52,9 +52,6 @@ from typing import TYPE_CHECKING, Any, Self
 import dagster as dg
 from dagster._core.run_coordinator import QueuedRunCoordinator, SubmitRunContext
 from dagster._core.run_coordinator.queued_run_coordinator import RunQueueConfig
-from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import (
-    QueuedRunCoordinatorDaemon,
-)
 from dagster._serdes import ConfigurableClassData
 
 if TYPE_CHECKING:  # imported by the daemon only: the webserver and `panda` need none of it
@@ -64,7 +61,8 @@ log = logging.getLogger("dagster.daemon.P2pandaQueue")  # shown as the daemon's 
 
 DEFAULT_LOCATION = "p2panda_assets"  # the location name of workspace.yaml and deploy/'s
 DEFAULT_DEQUEUE_EVERY = 0.5  # the longest a turn of the queue loop waits for the bell
-_TURN = QueuedRunCoordinatorDaemon.run_iteration.__code__  # a turn of Dagster's queue loop
+# Dagster's queue loop, loaded by the daemon only (importing it costs `panda` ~0.5 s).
+QUEUE_LOOP_MODULE = "dagster._daemon.run_coordinator.queued_run_coordinator_daemon"
 
 
 class LiveRunCoordinator(QueuedRunCoordinator):
@@ -196,11 +194,15 @@ def ring_queue(instance: dg.DagsterInstance) -> None:
 def _asked_by_the_queue_loop() -> bool:
     """Whether `get_run_queue_config` is asked by a turn of Dagster's queue loop: its
     `run_iteration` asks the instance's `get_concurrency_config()`, which asks this."""
+    loop = sys.modules.get(QUEUE_LOOP_MODULE)
+    if loop is None:  # no queue loop in this process
+        return False
+    turn = loop.QueuedRunCoordinatorDaemon.run_iteration.__code__
     frame: FrameType | None = sys._getframe(2)
     for _ in range(3):
         if frame is None:
             return False
-        if frame.f_code is _TURN:
+        if frame.f_code is turn:
             return True
         frame = frame.f_back
     return False

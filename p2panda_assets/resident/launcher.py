@@ -98,6 +98,8 @@ class _Worker:
                 self._instance.report_run_failed(
                     run, f"The resident run worker (pid {self.process.pid}) exited with {code}."
                 )
+        if left:
+            ring_queue(self._instance)  # the next run starts in a new worker
 
     def close(self) -> None:
         """Close its stdin: it exits after the run it is executing."""
