@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import dagster as dg
@@ -98,8 +99,34 @@ def a_job() -> None:
 defs = dg.Definitions(jobs=[a_job])  # this file's code location
 
 
+@dataclass
+class QueueLoop:
+    """An instance with this coordinator, the daemon's workspace context, and the turns
+    of Dagster's queue loop started on them (each in a thread, as in the daemon)."""
+
+    instance: dg.DagsterInstance
+    context: WorkspaceProcessContext
+    turns: list[threading.Thread] = field(default_factory=list)
+
+    def turn(self) -> threading.Thread:
+        daemon = QueuedRunCoordinatorDaemon(interval_seconds=0)
+        thread = threading.Thread(
+            target=lambda: list(daemon.run_iteration(self.context)), daemon=True
+        )
+        thread.start()
+        self.turns.append(thread)
+        return thread
+
+    def end_turns(self) -> None:
+        """Ring each turn still waiting out of its wait, before the instance goes."""
+        for thread in self.turns:
+            while thread.is_alive():
+                ring_queue(self.instance)
+                thread.join(0.5)
+
+
 @pytest.fixture
-def queue_loop() -> Iterator[tuple[dg.DagsterInstance, WorkspaceProcessContext]]:
+def queue_loop() -> Iterator[QueueLoop]:
     """An instance with this coordinator (its turns wait up to LONGEST) and Dagster's
     in-memory launcher, and the daemon's workspace context of this file's location."""
     config = instance_config(ROOT / "dagster.yaml") | {"run_launcher": SYNC_LAUNCHER}
@@ -113,27 +140,23 @@ def queue_loop() -> Iterator[tuple[dg.DagsterInstance, WorkspaceProcessContext]]
             InProcessWorkspaceLoadTarget([origin]), instance
         ) as context,
     ):
-        yield instance, context
+        loop = QueueLoop(instance, context)
+        try:
+            yield loop
+        finally:
+            loop.end_turns()
 
 
-def queued_run(instance: dg.DagsterInstance, context: WorkspaceProcessContext) -> dg.DagsterRun:
+def queued_run(loop: QueueLoop) -> dg.DagsterRun:
     """A run of `a_job`, created as a sensor or the listener creates one (not submitted)."""
-    location = context.create_request_context().get_code_location("here")
+    location = loop.context.create_request_context().get_code_location("here")
     [repository] = location.get_repositories().values()
     job = repository.get_full_job(a_job.name)
-    return instance.create_run_for_job(
+    return loop.instance.create_run_for_job(
         job_def=a_job,
         remote_job_origin=job.get_remote_origin(),
         job_code_origin=job.get_python_origin(),
     )
-
-
-def turn(context: WorkspaceProcessContext) -> threading.Thread:
-    """One turn of Dagster's run queue loop, in a thread of its own (as in the daemon)."""
-    daemon = QueuedRunCoordinatorDaemon(interval_seconds=0)
-    thread = threading.Thread(target=lambda: list(daemon.run_iteration(context)), daemon=True)
-    thread.start()
-    return thread
 
 
 def waits_for_the_bell(thread: threading.Thread) -> bool:
@@ -150,34 +173,34 @@ def status(instance: dg.DagsterInstance, run: dg.DagsterRun) -> DagsterRunStatus
 @pytest.mark.postgres
 def test_a_run_submitted_starts_in_the_turn_it_starts(
     conn: psycopg.Connection,
-    queue_loop: tuple[dg.DagsterInstance, WorkspaceProcessContext],
+    queue_loop: QueueLoop,
 ) -> None:
-    instance, context = queue_loop
-    waiting = turn(context)
+    instance = queue_loop.instance
+    waiting = queue_loop.turn()
     assert waits_for_the_bell(waiting)
-    run = queued_run(instance, context)
+    run = queued_run(queue_loop)
     instance.submit_run(run.run_id, workspace=None)  # type: ignore[arg-type]
     waiting.join(PROMPT)
     assert not waiting.is_alive(), "the turn still waits after a run was submitted"
     assert status(instance, run) == DagsterRunStatus.SUCCESS  # that turn read the queue
-    assert waits_for_the_bell(turn(context))  # the ring was used up
+    assert waits_for_the_bell(queue_loop.turn())  # the ring was used up
 
 
 @pytest.mark.postgres
 def test_a_run_queued_behind_one_starts_when_that_one_ends(
     conn: psycopg.Connection,
-    queue_loop: tuple[dg.DagsterInstance, WorkspaceProcessContext],
+    queue_loop: QueueLoop,
 ) -> None:
-    instance, context = queue_loop
+    instance = queue_loop.instance
     ahead = create_run_for_test(instance, status=DagsterRunStatus.STARTED)
-    behind = queued_run(instance, context)
-    waiting = turn(context)
+    behind = queued_run(queue_loop)
+    waiting = queue_loop.turn()
     assert waits_for_the_bell(waiting)
     instance.submit_run(behind.run_id, workspace=None)  # type: ignore[arg-type]
     waiting.join(PROMPT)
     assert not waiting.is_alive(), "the turn still waits after a run was submitted"
     assert status(instance, behind) == DagsterRunStatus.QUEUED  # one is in progress
-    waiting = turn(context)
+    waiting = queue_loop.turn()
     assert waits_for_the_bell(waiting)
     instance.report_run_failed(ahead, "it ended")
     ring_queue(instance)  # what the resident launcher does when its worker ends a run
@@ -189,23 +212,23 @@ def test_a_run_queued_behind_one_starts_when_that_one_ends(
 @pytest.mark.postgres
 def test_a_ring_between_turns_starts_the_next_at_once(
     conn: psycopg.Connection,
-    queue_loop: tuple[dg.DagsterInstance, WorkspaceProcessContext],
+    queue_loop: QueueLoop,
 ) -> None:
-    instance, context = queue_loop
+    instance = queue_loop.instance
     ring_queue(instance)
-    next_turn = turn(context)
+    next_turn = queue_loop.turn()
     next_turn.join(PROMPT)
     assert not next_turn.is_alive(), "a ring between turns was lost"
-    assert waits_for_the_bell(turn(context))  # and only that one
+    assert waits_for_the_bell(queue_loop.turn())  # and only that one
 
 
 @pytest.mark.postgres
 def test_only_the_queue_loop_waits_for_the_bell(
     conn: psycopg.Connection,
-    queue_loop: tuple[dg.DagsterInstance, WorkspaceProcessContext],
+    queue_loop: QueueLoop,
 ) -> None:
     """The webserver, the sensors and `panda` ask the queue's settings too."""
-    instance, _ = queue_loop
+    instance = queue_loop.instance
     asked = threading.Thread(target=instance.get_concurrency_config, daemon=True)
     asked.start()
     asked.join(PROMPT)
