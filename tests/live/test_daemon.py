@@ -142,14 +142,20 @@ def listener_backends(url: str) -> list[str]:
     return out.split()
 
 
+def start_and_build(run: DaemonScenario) -> None:
+    """A schema authored and registered, the daemon started, and its first build done
+    (through the sensors)."""
+    run.author_schema()
+    run.start_daemon()
+    started = time.time()
+    while not run.rows():
+        assert time.time() - started < 600, "no first build"
+        time.sleep(0.5)
+
+
 def test_outside_writes_reach_their_table_through_the_listener() -> None:
     with scenario() as run:
-        run.author_schema()
-        run.start_daemon()
-        started = time.time()
-        while not run.rows():  # the first build, through the sensors
-            assert time.time() - started < 600, "no first build"
-            time.sleep(0.5)
+        start_and_build(run)
         deadline = time.time() + 60
         while not listener_backends(run.url):  # the daemon's queue loop started it
             assert time.time() < deadline, "no listener in the daemon"
@@ -247,12 +253,7 @@ def test_the_queue_turns_when_a_run_is_submitted_or_ends(tmp_path: Path) -> None
         go.touch()  # runs pass the failpoint until the test removes this
         os.environ[FAILPOINT_ENV] = f"{Failpoint.INDEXED}:pause"
         os.environ[FAILPOINT_DIR_ENV] = str(tmp_path)
-        run.author_schema()
-        run.start_daemon()
-        started = time.time()
-        while not run.rows():  # the first build, through the sensors
-            assert time.time() - started < 600, "no first build"
-            time.sleep(0.5)
+        start_and_build(run)
         run.wait_until_idle(timeout=600)
 
         ids, pairs = publish(run, "alone")
