@@ -313,12 +313,14 @@ def runs_since(begin: float) -> dict[str, object]:
                     if stat.step_key == "materialized_table":
                         tables.append((seconds, record.dagster_run.run_id))
         slowest = [built(instance, run_id, seconds) for seconds, run_id in sorted(tables)[-3:]]
-        spans = sorted(  # (created, started, ended) of the runs that ran
-            (r.create_timestamp.timestamp(), r.start_time, r.end_time)
-            for r in records
-            if r.start_time is not None and r.end_time is not None
+        ran = sorted(  # (created, started, ended) of the runs that ran, as they started
+            (
+                (r.create_timestamp.timestamp(), r.start_time, r.end_time)
+                for r in records
+                if r.start_time is not None and r.end_time is not None
+            ),
+            key=lambda span: span[1],
         )
-        ran = sorted(spans, key=lambda span: span[1])
         gaps = [  # from a run's end to the next run's start, where that one waited for it
             after[1] - before[2] for before, after in pairwise(ran) if after[0] < before[2]
         ]

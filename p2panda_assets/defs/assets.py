@@ -46,7 +46,7 @@ from p2panda_assets.protocol.ids import checked_schema_id
 from p2panda_assets.statuses import BUILT, BuildStatus
 from p2panda_assets.store.catalog import registered_schemas, stored_catalog
 from p2panda_assets.store.checked_layers import checked_layers_of
-from p2panda_assets.store.registry import schema_entry_count, shown_name_of
+from p2panda_assets.store.registry import schema_entry_count, shown_name_of, shown_names_of
 from p2panda_assets.store.tables import SYSTEM_COLUMNS, registry_outcome, table_exists
 
 BATCH_TAG = "p2panda/batch"  # comma-separated schema ids built together with this one
@@ -155,9 +155,10 @@ def decoded_sets(
     spark: SparkSession, conn: psycopg.Connection, schema_ids: Sequence[str]
 ) -> dict[str, Decoded]:
     """`decoded_set` of each of `schema_ids`, from one read of the progress row."""
+    names = shown_names_of(conn, schema_ids)
     found = {}
     for schema_id, layers in decoded_layers_of(spark, conn, schema_ids).items():
-        name = shown_name_of(conn, schema_id) or schema_id
+        name = names.get(schema_id) or schema_id
         found[schema_id] = Decoded(schema_id, name, list(layers.values()), tuple(layers))
     return found
 

@@ -144,10 +144,14 @@ class LiveRunCoordinator(QueuedRunCoordinator):
         waits here for the bell, or `dequeue_every_seconds`. A ring is used up before the
         turn reads the queue, so one during the turn starts the next at once."""
         if _asked_by_the_queue_loop():
-            if self._bell.wait(self._dequeue_every):
-                self._bell.clear()
+            self._wait_for_the_bell()
             self._turn_waited = True
         return super().get_run_queue_config()
+
+    def _wait_for_the_bell(self) -> None:
+        """Until rung, or `dequeue_every_seconds`; a ring is used up here."""
+        self._bell.wait(self._dequeue_every)
+        self._bell.clear()
 
     @property
     def dequeue_use_threads(self) -> bool:
@@ -158,8 +162,7 @@ class LiveRunCoordinator(QueuedRunCoordinator):
             if not self._unpaced_said:
                 self._unpaced_said = True
                 log.warning("p2panda: the run queue turns every %s s", self._dequeue_every)
-            self._bell.wait(self._dequeue_every)
-            self._bell.clear()
+            self._wait_for_the_bell()
         self._turn_waited = False
         return super().dequeue_use_threads
 
