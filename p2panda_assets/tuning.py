@@ -46,6 +46,8 @@ class PipelineTuning:
     append_min_entries: int = 100_000  # below this, an index step chains the whole store
     max_layers: int = 12  # chained layers kept before an index step merges the newest
     compact_batches: int = 64  # verified batches kept before they are compacted
+    layer_group_rows: int = 8_192  # messages a row group of a chained layer's files
+    key_index_messages: int = 20_000  # a chained layer of fewer gets no key index
     # The driver path (pyarrow, no Spark job) and rows collected to Spark's driver.
     driver_path_entries: int = 100_000  # -1: never
     driver_path_messages: int = 20_000  # -1: never

@@ -173,14 +173,26 @@ SIZE_SWITCHES = (
 )
 
 
-def _tuned(driver_path: int, **switches: int) -> PipelineTuning:
+def _tuned(driver_path: int, indexed: bool, **switches: int) -> PipelineTuning:
+    layout = {"layer_group_rows": 2, "key_index_messages": 0} if indexed else {}
     return replace(
-        tuning(), driver_path_entries=driver_path, driver_path_messages=driver_path, **switches
+        tuning(),
+        driver_path_entries=driver_path,
+        driver_path_messages=driver_path,
+        **layout,
+        **switches,
     )
 
 
 def tunings() -> st.SearchStrategy[PipelineTuning]:
     """A tuning that sends a small corpus down either of each pair of paths: every
-    size switch both ways, and the driver path (pyarrow, no Spark job) on or off."""
+    size switch both ways, the driver path (pyarrow, no Spark job) on or off, and the
+    layers in row groups of two messages, each with its key index (`key_index`), or as
+    a small store's: a row group a file, no index."""
     switches = {name: st.sampled_from([0, getattr(DEFAULTS, name)]) for name in SIZE_SWITCHES}
-    return st.builds(_tuned, driver_path=st.sampled_from([-1, 1_000_000]), **switches)
+    return st.builds(
+        _tuned,
+        driver_path=st.sampled_from([-1, 1_000_000]),
+        indexed=st.booleans(),
+        **switches,
+    )

@@ -35,8 +35,9 @@ from p2panda_assets.pipeline.kernels.declared import (
     assigned_to,
     count_where,
     evaluated,
-    may_be_touched,
     project,
+    touched_anew,
+    touched_before,
 )
 
 # Every combination of a few values of each column the rules read.
@@ -102,8 +103,12 @@ def after_2(r: dict[str, Any]) -> bool:
     return r["batch"] > 2
 
 
-def may_be_touched_by_i1_h2_after_2_or_3(r: dict[str, Any]) -> bool:
-    return message_key(r) in (b"i1", b"h2") or r["batch"] > 2
+def touched_anew_after_2_or_3(r: dict[str, Any]) -> bool:
+    return r["batch"] > 2
+
+
+def touched_before_by_i1_h2_not_after_2_or_3(r: dict[str, Any]) -> bool:
+    return message_key(r) in (b"i1", b"h2") and not r["batch"] > 2
 
 
 def assigned_to_s1(r: dict[str, Any]) -> bool:
@@ -129,11 +134,12 @@ CASES: list[tuple[str, Expr, tuple[str, ...], Callable[[dict[str, Any]], Any]]] 
     ("message key", MESSAGE_KEY, ("instance", "kind", "hash"), message_key),
     ("new without key", NEW_WITHOUT_KEY, ("batch", "built_batch", "key"), new_without_key),
     ("after", after(2), ("batch",), after_2),
+    ("touched anew", touched_anew([3, 2]), ("batch",), touched_anew_after_2_or_3),
     (
-        "may be touched",
-        may_be_touched([b"i1", b"h2"], [3, 2]),
+        "touched before",
+        touched_before([b"i1", b"h2"], [3, 2]),
         ("instance", "kind", "hash", "batch"),
-        may_be_touched_by_i1_h2_after_2_or_3,
+        touched_before_by_i1_h2_not_after_2_or_3,
     ),
     ("assigned to", assigned_to(["s1"]), ("assignment", "schema"), assigned_to_s1),
     ("longer than 3 characters", LONGER_THAN_3, ("text",), longer_than_3),

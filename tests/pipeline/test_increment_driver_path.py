@@ -9,7 +9,7 @@ the comparison with Spark's path, are in `tests/pipeline/test_increment_steps_co
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import cast
 
 import pyarrow as pa
@@ -20,11 +20,13 @@ from p2panda_assets.pipeline.build.driver_path import READ, touched_locally
 from p2panda_assets.pipeline.build.paths import COLLECT, DriverSteps
 from p2panda_assets.pipeline.build.reduction import COLLECTED
 from p2panda_assets.pipeline.columnar.arrow_io import layers_dataset
+from p2panda_assets.pipeline.columnar.key_index import index_layer
 from p2panda_assets.pipeline.columnar.warehouse import Warehouse
 from p2panda_assets.pipeline.index.paths import DriverIndexSteps
 from p2panda_assets.pipeline.index.sequence import IndexResult
 from p2panda_assets.pipeline.kernels.batches import Row, python_rows
 from p2panda_assets.pipeline.kernels.reduce import reduce_rows
+from p2panda_assets.tuning import tuned, tuning
 from tests.pipeline.arrow_store import catalog_of, rows_in_order, write_batches
 from tests.pipeline.test_increment_steps_contract import a_store_and_its_increment
 
@@ -44,8 +46,17 @@ def key_of(message: Row) -> bytes | None:
     return cast(bytes, message["hash"]) if message["kind"] == "create" else None
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
+@pytest.fixture(scope="module", params=["scanned", "indexed"])
+def store(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Store:
+    """The store; `indexed`: its layer in row groups of two messages, with a key index
+    (`key_index`), which the increment's reads then go by."""
+    indexed = request.param == "indexed"
+    layout = replace(tuning(), layer_group_rows=2, key_index_messages=0) if indexed else tuning()
+    with tuned(layout):
+        return _store(tmp_path_factory, indexed)
+
+
+def _store(tmp_path_factory: pytest.TempPathFactory, indexed: bool) -> Store:
     corpus, cut, schema_id = a_store_and_its_increment()
     warehouse = Warehouse(str(tmp_path_factory.mktemp("warehouse")), "increment")
     state, _ = write_batches(warehouse, [corpus.pairs[:cut], corpus.pairs[cut:]])
@@ -59,6 +70,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
     planned = steps.plan(chained, [], catalog, order)
     totals = steps.totals(planned)
     run = steps.write(steps.accepted(verified, chained, totals.held), planned, totals, True)
+    assert index_layer(warehouse.chained(run)) == indexed
     index = IndexResult(0, totals.logs, catalog, order, warehouse, (run,), "", batch=2)
     dataset = layers_dataset([warehouse.chained(run)])
     assert dataset is not None
@@ -87,8 +99,8 @@ def touched(store: Store, keys: set[bytes]) -> list[Row]:
 
 def test_the_touched_messages_are_those_keyed_anew(store: Store) -> None:
     keys = {key_of(m) for m in store.messages if cast(int, m["batch"]) > 1} - {None}
-    dataset = layers_dataset([store.index.warehouse.chained(run) for run in store.index.layers])
-    table = touched_locally(dataset, {store.schema_id: 1}, cast(set[bytes], keys))
+    layers = [store.index.warehouse.chained(run) for run in store.index.layers]
+    table = touched_locally(layers, {store.schema_id: 1}, cast(set[bytes], keys))
     got = [row for batch in table.to_batches() for row in python_rows(batch)]
     assert rows_in_order(got) == rows_in_order(touched(store, cast(set[bytes], keys)))
     assert [(r["author"], r["log_id"], r["seq"]) for r in got] == sorted(

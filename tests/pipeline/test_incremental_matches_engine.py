@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import psycopg
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -20,6 +22,8 @@ from psycopg import sql
 from p2panda_assets.cli.materialize_cmd import result_line
 from p2panda_assets.engine.corpus import Corpus, reduce_corpus
 from p2panda_assets.pipeline.columnar.arrow_io import DRIVER_PATH_ENVS
+from p2panda_assets.pipeline.columnar.key_index import opened_layer
+from p2panda_assets.pipeline.columnar.warehouse import Warehouse, warehouse_root
 from p2panda_assets.pipeline.index.step import APPEND_MIN_ENV, run_index
 from p2panda_assets.pipeline.materialize import materialize_schemas
 from p2panda_assets.pipeline.run import run_pipeline
@@ -194,6 +198,37 @@ def test_an_increment_takes_its_path_by_size(
         assert pg_tables(conn, [schema.schema_id]) == engine_tables(expected)
         assert pg_accounts(conn) == engine_accounts(expected)
         assert pg_deleted(conn, [schema.schema_id]) == engine_deleted(expected, [schema.schema_id])
+
+
+def test_layers_written_by_spark_come_in_row_groups_with_their_key_index(spark, session_database):
+    """Row groups of two messages and every layer indexed: the index steps write their
+    layers in Spark (the driver path off for them), each file in row groups of at most
+    two messages, each layer with its key index; the increment then finds the touched
+    instances' messages in the driver by the index, and equals the engine."""
+    layout = replace(tuning(), layer_group_rows=2, key_index_messages=0, driver_path_entries=-1)
+    corpus, schema, early = five_titles_then_three_changes()
+    with empty_store(session_database) as conn, tuned(layout):
+        ingest(conn, early)
+        register(conn, *parse_schema_id(schema.schema_id), None)
+        run_pipeline(spark, conn, session_database)
+        ingest(conn, corpus.pairs[len(early) :])
+        [added] = run_pipeline(spark, conn, session_database)
+        state = pipeline_state(conn)
+        roots = [
+            Warehouse(warehouse_root(), state.warehouse_token).chained(run) for run in state.layers
+        ]
+        expected = reduce_corpus(corpus.pairs, {schema.schema_id})
+        assert (added.incremental, added.path) == (True, BuildPath.DRIVER)
+        assert pg_tables(conn, [schema.schema_id]) == engine_tables(expected)
+        assert pg_accounts(conn) == engine_accounts(expected)
+    groups = [
+        pq.ParquetFile(path).metadata.row_group(g).num_rows
+        for root in roots
+        for path in Path(root).glob("schema=*/*.parquet")
+        for g in range(pq.ParquetFile(path).metadata.num_row_groups)
+    ]
+    assert max(groups) == 2 and len(groups) > len(roots)
+    assert all(opened_layer(root).index is not None for root in roots)
 
 
 def chained_run(conn) -> str:

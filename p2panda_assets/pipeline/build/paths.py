@@ -35,7 +35,6 @@ from p2panda_assets.pipeline.build.reduction import COLLECTED, reduce_instance_l
 from p2panda_assets.pipeline.build.staging import stage_reduced
 from p2panda_assets.pipeline.columnar.arrow_io import (
     driver_path_messages,
-    layers_dataset,
     readable,
 )
 from p2panda_assets.pipeline.columnar.layers import read_layers
@@ -132,7 +131,7 @@ class DriverSteps:
     def __init__(self, index: IndexResult, catalog: Catalog) -> None:
         self._index = index
         self._catalog = catalog
-        self._store = layers_dataset([index.warehouse.chained(run) for run in index.layers])
+        self._layers = [index.warehouse.chained(run) for run in index.layers]
         self._reduced = REDUCED_ARROW.empty_table()
 
     def new_keys(self, layers: Sequence[str], after_batch: int) -> set[bytes]:
@@ -140,8 +139,8 @@ class DriverSteps:
         return new_keys_locally(roots, after_batch)
 
     def reduce(self, increments: Mapping[str, int], keys: set[bytes]) -> list[Any]:
-        touched = touched_locally(self._store, increments, keys)
-        self._reduced = reduce_locally(self._catalog, touched, self._store)
+        touched = touched_locally(self._layers, increments, keys)
+        self._reduced = reduce_locally(self._catalog, touched, self._layers)
         collected = pc.is_in(self._reduced["row_type"], value_set=pa.array(COLLECT))
         return self._reduced.filter(collected).select(list(COLLECTED)).to_pylist()
 

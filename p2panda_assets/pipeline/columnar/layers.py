@@ -25,6 +25,7 @@ from p2panda_assets.pipeline.kernels.declared import UNEXPLAINED
 from p2panda_assets.pipeline.spark.expressions import column
 from p2panda_assets.protocol.message_index import indexed_message
 from p2panda_assets.store import pipeline_state as state_sql
+from p2panda_assets.tuning import tuning
 
 # The chained messages as the columnar store keeps them (and the decoded check reads),
 # besides their `schema=` partition. Layers are read with this schema: Spark then reads
@@ -192,9 +193,7 @@ def write_chained(
     batch = F.col("batch").cast("long")
     decoded = with_decode_errors(planned.withColumn("batch", batch), unexplained)
     decoded = decoded.select(*DECODED_COLUMNS, "schema")
-    run = secrets.token_hex(6)
-    decoded.write.mode("overwrite").partitionBy("schema").parquet(warehouse.chained(run))
-    return run
+    return _write_layer(decoded, warehouse)
 
 
 def merge_chained(spark: SparkSession, layers: Sequence[str], warehouse: Warehouse) -> str:
@@ -202,6 +201,16 @@ def merge_chained(spark: SparkSession, layers: Sequence[str], warehouse: Warehou
     `warehouse`, in the same `schema=` partitions (`layer_merge`); its name."""
     merged = read_layers(spark, list(layers))
     assert merged is not None  # layers is not empty
+    return _write_layer(merged, warehouse)
+
+
+def _write_layer(messages: DataFrame, warehouse: Warehouse) -> str:
+    """`messages` as a new chained run of `warehouse`, in `schema=` partitions; its name.
+    Row groups of `PipelineTuning.layer_group_rows` messages, so that a key's messages
+    are found without reading all of a schema's (`key_index`): against one row group a
+    file, a scan of every message of the 1M store costs the same (0.18 s)."""
     run = secrets.token_hex(6)
-    merged.write.mode("overwrite").partitionBy("schema").parquet(warehouse.chained(run))
+    rows = str(tuning().layer_group_rows)
+    writer = messages.write.mode("overwrite").option("parquet.block.row.count.limit", rows)
+    writer.partitionBy("schema").parquet(warehouse.chained(run))
     return run

@@ -40,6 +40,7 @@ from p2panda_assets.pipeline.kernels.declared import (
 )
 from p2panda_assets.protocol.message_index import indexed_message
 from p2panda_assets.store.pipeline_state import PipelineState
+from p2panda_assets.tuning import tuning
 
 # The verified batches as the later steps read them (`verify.VERIFIED_READ`).
 VERIFIED_READ_ARROW = pa.schema(
@@ -147,6 +148,7 @@ def write_chained_locally(decoded: pa.Table, root: str) -> None:
         filesystem=filesystem,
         basename_template=f"part-{secrets.token_hex(6)}-{{i}}.parquet",
         existing_data_behavior="overwrite_or_ignore",
+        max_rows_per_group=tuning().layer_group_rows,
     )
 
 

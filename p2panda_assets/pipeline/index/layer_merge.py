@@ -21,6 +21,7 @@ from dataclasses import replace
 import psycopg
 from pyspark.sql import SparkSession
 
+from p2panda_assets.pipeline.columnar.key_index import index_layer
 from p2panda_assets.pipeline.columnar.warehouse import Warehouse
 from p2panda_assets.pipeline.index.paths import index_steps
 from p2panda_assets.pipeline.kernels.digests import merged_sums
@@ -81,6 +82,7 @@ def merge_small_layers(
     run = steps.merge([warehouse.chained(layer) for layer in merging])
     deltas = (*(layer for layer in layers[1:] if layer not in merging), run)
     try:
+        index_layer(warehouse.chained(run))
         sums = {run: merged_sums(kept[m] for m in merging)}
         state_sql.commit_merged_layers(conn, (layers[0], *deltas), sums)
     except BaseException:

@@ -24,6 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from p2panda_assets.engine.corpus import Catalog, LogKey, LogSummary
 from p2panda_assets.engine.relations import BuildOrder
 from p2panda_assets.failpoints import Failpoint, failpoint
+from p2panda_assets.pipeline.columnar.key_index import index_layer
 from p2panda_assets.pipeline.columnar.layers import keep_layer_sums, read_layers
 from p2panda_assets.pipeline.columnar.warehouse import Warehouse
 from p2panda_assets.pipeline.index.accounts import schema_account_rows
@@ -351,6 +352,7 @@ class IndexSteps(ABC, Generic[FrameT]):
             run: str | None = None
             if how.writes(totals):
                 run = self.write(accepted, planned, totals, held is not None)
+                index_layer(how.warehouse.chained(run))
             layers = how.layers(run)
             pending = self.pending(accepted, planned, totals.waiting) if totals.waiting else None
             accounts = self.accounts(chained, pending, schema_account_rows(catalog))

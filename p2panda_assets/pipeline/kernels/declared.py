@@ -162,12 +162,18 @@ MESSAGE_KEY = Coalesce((Col("instance"), When(Eq(Col("kind"), Lit("create")), Co
 NEW_WITHOUT_KEY = And(Gt(Col("batch"), Col("built_batch")), IsNull(Col("key")))
 
 
-def may_be_touched(keys: Iterable[bytes], built: Iterable[int]) -> Expr:
-    """A message that may be one an increment reduces again: one that creates or names
-    one of `keys` (`MESSAGE_KEY`), or of a batch after the oldest of the `built`
-    batches. A superset of what `MESSAGE_KEY` and `NEW_WITHOUT_KEY` keep, decided
-    without `built_batch`: a scan can drop the rest as it reads."""
-    return Or(In(MESSAGE_KEY, tuple(keys)), after(min(built, default=-1)))
+def touched_anew(built: Iterable[int]) -> Expr:
+    """A message that may be one an increment reduces again for being new: of a batch
+    after the oldest of the increments' `built` batches. With `touched_before`, a
+    superset of what `MESSAGE_KEY` and `NEW_WITHOUT_KEY` keep, decided without
+    `built_batch`, so that a scan drops the rest as it reads."""
+    return after(min(built, default=-1))
+
+
+def touched_before(keys: Iterable[bytes], built: Iterable[int]) -> Expr:
+    """A message that may be one an increment reduces again, not `touched_anew`: one
+    that creates or names one of `keys` (`MESSAGE_KEY`)."""
+    return And(In(MESSAGE_KEY, tuple(keys)), Not(touched_anew(built)))
 
 
 def after(batch: int) -> Expr:
