@@ -3,6 +3,7 @@ whichever it does, the tables and accounts equal `reduce_corpus` of the whole st
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import cast
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from p2panda_assets.engine.corpus import reduce_corpus
 from p2panda_assets.pipeline.build.increments import layer_sums
 from p2panda_assets.pipeline.columnar.arrow_io import DRIVER_PATH_ENVS
+from p2panda_assets.pipeline.columnar.key_index import opened_layer
 from p2panda_assets.pipeline.columnar.warehouse import NO_SCHEMA
 from p2panda_assets.pipeline.index.paths import DriverIndexSteps, SparkIndexSteps
 from p2panda_assets.pipeline.index.step import APPEND_MIN_ENV, run_index
@@ -19,6 +21,7 @@ from p2panda_assets.store import pipeline_state as state_sql
 from p2panda_assets.store.ingest import ingest
 from p2panda_assets.store.registry import register
 from p2panda_assets.testing.builder import CorpusBuilder, SchemaAuthor, create_field, instances
+from p2panda_assets.tuning import tuned, tuning
 from tests.pipeline.compare import engine_accounts, engine_tables, pg_accounts, pg_tables
 from tests.pipeline.test_incremental_matches_engine import appended_layers
 from tests.pipeline.test_pipeline_matches_engine import empty_store
@@ -321,4 +324,36 @@ def test_an_index_step_that_chains_every_log_again_says_why(spark, session_datab
         "no chained layer to append to",
         "a log with a gap, a fork or no settled schema gets an entry",
         None,  # the log is whole again: appended
+    ]
+
+
+def test_a_first_run_without_its_key_index_is_chained_again_once(spark, session_database):
+    """A first run written as an earlier release wrote it (no key index: written while a
+    layer of its size got none): the next step chains every log again, once, and says
+    why; the new first run has its index, and the step after it appends."""
+    corpus, schema = notes()
+    log = instances(corpus.author(2), 1)
+    for title in "abcdef":
+        log.create(schema.ref(), title=title)
+    n = len(corpus.pairs)
+    reasons = []
+    with empty_store(session_database) as conn:
+        register(conn, *parse_schema_id(schema.schema_id), None)
+        with tuned(replace(tuning(), key_index_messages=10**9)):
+            ingest(conn, corpus.pairs[: n - 2])
+            reasons.append(run_index(spark, conn, session_database).chained_all)
+        with tuned(replace(tuning(), key_index_messages=0)):
+            for pair in corpus.pairs[n - 2 :]:
+                ingest(conn, [pair])
+                result = run_index(spark, conn, session_database)
+                reasons.append(result.chained_all)
+                first = result.warehouse.chained(result.layers[0])
+                assert opened_layer(first).index is not None
+            run_pipeline(spark, conn, session_database)
+            expected = reduce_corpus(corpus.pairs, {schema.schema_id})
+            assert pg_tables(conn, [schema.schema_id]) == engine_tables(expected)
+    assert reasons == [
+        "no chained layer to append to",
+        "the first run has no key index (written by an earlier release)",
+        None,  # appended
     ]

@@ -5,13 +5,14 @@ messages touch (`increments.touched_messages`). Found by a scan, that read every
 of the touched schemas: on the 1M store ~0.2 s on its own and ~0.4 s of a live run's
 ~2 s, growing with the store. A committed layer never changes, so its keys can be listed
 once: a layer of `PipelineTuning.key_index_messages` (20,000) messages or more gets a
-Parquet file, _keys.parquet (`INDEX_FILE`), of (tag, file, row group) sorted by tag, where tag is 64
-bits of a message's `MESSAGE_KEY` (`key_tags`), a row per keyed message. A read of some
-keys' messages reads the index's row groups whose tag range holds one of theirs, then
-only the row groups of the layer they name: layers are written in row groups of
-`PipelineTuning.layer_group_rows` (8,192) messages. A tag, not the key: 16 bytes a row
-instead of ~42, so that indexing the first layer of a 5M store holds ~120 MB in the
-driver, not ~500 MB; two keys sharing a tag only make a read larger.
+Parquet file, _keys.parquet (`INDEX_FILE`), of (tag, file, row group) sorted by tag,
+where tag is 64 bits of a message's `MESSAGE_KEY` (`key_tags`), a row per keyed
+message. A read of some keys' messages reads the index's row groups whose tag range
+holds one of theirs, then only the row groups of the layer they name: layers are
+written in row groups of `PipelineTuning.layer_group_rows` (8,192) messages. A tag, not
+the key: 16 bytes a row instead of ~42, so that indexing the first layer of a 5M store
+holds ~200 MB in the driver while it sorts, not ~500 MB; two keys sharing a tag only
+make a read larger.
 
 The index only narrows what is read: every reader applies the exact rule to the rows it
 reads. A layer without an index (small, or written by an earlier release) is read
@@ -147,6 +148,19 @@ def _files(filesystem: pafs.FileSystem, directory: str) -> list[str]:
         for info in found
         if info.is_file and info.base_name.endswith(".parquet") and info.base_name[0] not in "_."
     )
+
+
+def lacks_index(root: str, messages: int) -> bool:
+    """Whether the committed layer at `root`, of `messages` messages, should have a key
+    index and has none: written by a release before key indexes (`index_layer` writes
+    one for every layer of `key_index_messages` or more that pyarrow can open)."""
+    if messages < tuning().key_index_messages:
+        return False
+    try:
+        layer_filesystem(root)
+    except LocalReadUnavailable:
+        return False
+    return opened_layer(root).index is None
 
 
 @dataclass(frozen=True, slots=True)
