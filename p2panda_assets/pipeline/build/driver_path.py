@@ -21,8 +21,8 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from p2panda_assets.engine.corpus import Catalog
-from p2panda_assets.pipeline.columnar.arrow_io import LAYER_ARROW, layers_dataset, scan
-from p2panda_assets.pipeline.columnar.key_index import located
+from p2panda_assets.pipeline.columnar.arrow_io import LAYER_ARROW, scan
+from p2panda_assets.pipeline.columnar.key_index import located, read_layers
 from p2panda_assets.pipeline.kernels.batches import Row, arrow_schema, output_batches, python_rows
 from p2panda_assets.pipeline.kernels.declared import (
     MESSAGE_KEY,
@@ -55,7 +55,7 @@ READ = (*(c for c in REDUCE_INPUT if c not in ("owner_author", "owner_log")), "k
 def new_keys_locally(layers: Sequence[str], after_batch: int) -> set[bytes]:
     """`increments.new_keys` of the chained `layers`: the instances that messages of
     batches after `after_batch` create or name."""
-    dataset = layers_dataset(layers)
+    dataset = read_layers(layers)
     if dataset is None:
         return set()
     table = scan(dataset, ["instance", "kind", "hash"], expression(after(after_batch)))
@@ -79,7 +79,7 @@ def touched_locally(
     on the 1M store, growing with the store."""
     named = pa.array(list(keys), pa.binary())
     schemas = list(increments)
-    anew = layers_dataset(layers)
+    anew = read_layers(layers)
     if anew is None:
         return _touched(LAYER_ARROW.empty_table().select(list(READ)), increments, named)
     before = ds.dataset([located(root, keys, schemas) for root in layers])
