@@ -48,10 +48,12 @@ from p2panda_assets.pipeline.kernels.declared import MESSAGE_KEY, evaluated
 from p2panda_assets.tuning import tuning
 
 INDEX_FILE = "_keys.parquet"
-TAGS_PER_GROUP = 4_096  # the index's own row groups: what a lookup of one key reads
+TAGS_PER_GROUP = 1_024  # the index's own row groups: what a lookup of one key reads
 # Where the keys' row groups are more than this share of a schema's, its files are read
 # whole: reading row groups picked by the index cost more than reading all of them (1M
 # store: 400 keys over 20 schemas, 254 of 267 row groups, 0.36-0.47 s against 0.23 s).
+# Where the keys are more than this share of the layer's row groups, the index is not
+# read at all: they name most row groups anyway (bench/touched_reads.py).
 WHOLE_FROM = 0.5
 
 INDEX_ARROW = pa.schema(
@@ -252,11 +254,12 @@ def located(root: str, keys: Collection[bytes], schemas: Collection[str] | None)
     """The messages of the committed layer at `root` that may create or name one of
     `keys`, of `schemas` (None: any), as a dataset with `LAYER_ARROW`'s columns: the row
     groups the layer's index names, a schema's files whole where they are most of its
-    row groups, the layer whole where it has no index. A superset: the caller filters
-    by the rule."""
+    row groups, the layer whole where it has no index or the keys are many. A superset:
+    the caller filters by the rule."""
     layer = opened_layer(root)
     chosen = [schema for schema in layer.files if schemas is None or schema in schemas]
-    places = _indexed_places(layer, chosen, keys) if layer.index is not None else {}
+    few = len(keys) <= WHOLE_FROM * sum(layer.row_groups.values())
+    places = _indexed_places(layer, chosen, keys) if layer.index is not None and few else {}
     fragments: list[ds.Fragment] = [
         fragment
         if schema not in places
