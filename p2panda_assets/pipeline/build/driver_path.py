@@ -74,9 +74,10 @@ def touched_locally(
     Two reads, each filtered as pyarrow reads it: the messages of batches after the
     oldest table's (`touched_anew`: the batch statistics skip the older layers' row
     groups) and the older messages that name a key (`touched_before`), where each
-    layer's key index says they are (`key_index.located`; a layer without one is read
-    whole). Scanning every message of the schemas instead cost ~0.4 s of a live run
-    on the 1M store, growing with the store."""
+    layer's key index says they are (`key_index.located`: all of a layer without one,
+    or where the keys name most of it). Scanning every message of the schemas instead
+    cost ~0.4 s of a live run on the 1M store, growing with the store; the driver holds
+    what the filters keep, a batch of the rest at a time."""
     named = pa.array(list(keys), pa.binary())
     schemas = list(increments)
     anew = read_layers(layers)
@@ -107,9 +108,9 @@ def reduce_locally(catalog: Catalog, touched: pa.Table, layers: Sequence[str]) -
     """`reduction.reduce_instance_logs` of the `touched` messages (incremental, in log
     order): every log reduced by `reduce_rows` without owner rows, and the logs that
     looked an owner up reduced again with the owners of what they looked up, found among
-    the creates of the chained `layers`. Streamed: a batch of the messages as Python rows at a time,
-    the reduced rows kept as Arrow batches (`REDUCED_ARROW`), as compact as Spark's.
-    Rule A-ONCE (docs/semantics.md)."""
+    the creates of the chained `layers`. Streamed: a batch of the messages as Python rows
+    at a time, the reduced rows kept as Arrow batches (`REDUCED_ARROW`), as compact as
+    Spark's. Rule A-ONCE (docs/semantics.md)."""
     looked_up: set[bytes] = set()
     looking: list[list[Row]] = []  # the logs that looked an owner up: reduced again
 
