@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import secrets
 import statistics
 import tempfile
 import time
@@ -30,8 +29,9 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from p2panda_assets.pipeline.build.driver_path import touched_locally
-from p2panda_assets.pipeline.columnar.arrow_io import LAYER_ARROW, SCHEMA_PARTITIONING
+from p2panda_assets.pipeline.columnar.arrow_io import LAYER_ARROW
 from p2panda_assets.pipeline.columnar.key_index import index_layer
+from p2panda_assets.testing.warehouse import write_layer_locally
 from p2panda_assets.tuning import tuning
 
 SCHEMAS = [f"{s:064x}-{100 + s}" for s in range(20)]
@@ -84,21 +84,6 @@ def _binary(rows: np.ndarray) -> pa.Array:
     return fixed.cast(pa.binary())
 
 
-def write(table: pa.Table, root: Path, rows_per_group: int) -> None:
-    """`table` as a layer at `root`: `FILES` writes of a slice each, a file a schema."""
-    cuts = [part * table.num_rows // FILES for part in range(FILES + 1)]
-    for part in range(FILES):
-        ds.write_dataset(
-            table.slice(cuts[part], cuts[part + 1] - cuts[part]),
-            str(root),
-            format="parquet",
-            partitioning=SCHEMA_PARTITIONING,
-            basename_template=f"part-{part:05d}-{secrets.token_hex(4)}-{{i}}.parquet",
-            existing_data_behavior="overwrite_or_ignore",
-            max_rows_per_group=rows_per_group,
-        )
-
-
 def seconds(
     repeats: int, layer: Path, increments: dict[str, int], wanted: set[bytes]
 ) -> tuple[float, pa.Table]:
@@ -115,11 +100,11 @@ def seconds(
 def run(count: int, keys: list[int], repeats: int, seed: int, home: Path) -> list[dict]:
     table = messages(count, seed)
     now, before = home / f"now-{count}", home / f"before-{count}"
-    write(table, now, tuning().layer_group_rows)
+    write_layer_locally(table, now, FILES, tuning().layer_group_rows)
     started = time.perf_counter()
     assert index_layer(str(now))
     index_s = time.perf_counter() - started
-    write(table, before, table.num_rows)
+    write_layer_locally(table, before, FILES, table.num_rows)
     creates = table.filter(ds.field("kind") == "create").select(["hash", "schema"])
     lines = []
     for k in keys:

@@ -30,6 +30,7 @@ from p2panda_assets.pipeline.columnar.key_index import (
     opened_layer,
 )
 from p2panda_assets.pipeline.kernels.declared import MESSAGE_KEY, In, expression
+from p2panda_assets.testing.warehouse import write_layer_locally
 from p2panda_assets.tuning import tuned, tuning
 
 SHARED_TAIL = secrets.token_bytes(8)
@@ -79,19 +80,9 @@ def layers(draw: st.DrawFn) -> list[dict]:
 
 
 def write_layer(root: Path, rows: list[dict], files: int) -> None:
-    """`rows` as a layer at `root`: `files` writes, each a file a schema, as tasks do."""
+    """`rows` as a layer at `root`, written by `files` tasks."""
     table = pa.Table.from_pylist(rows, LAYER_ARROW)
-    cuts = [part * len(rows) // files for part in range(files + 1)]
-    for part in range(files):
-        ds.write_dataset(
-            table.slice(cuts[part], cuts[part + 1] - cuts[part]),
-            str(root),
-            format="parquet",
-            partitioning=SCHEMA_PARTITIONING,
-            basename_template=f"part-{part}-{{i}}.parquet",
-            existing_data_behavior="overwrite_or_ignore",
-            max_rows_per_group=tuning().layer_group_rows,
-        )
+    write_layer_locally(table, root, files, tuning().layer_group_rows)
 
 
 def kept(dataset: ds.Dataset, keys: list[bytes], schemas: list[str] | None) -> list[int]:
