@@ -26,6 +26,7 @@ from p2panda_assets.pipeline.columnar.key_index import (
     INDEX_FILE,
     index_layer,
     key_tags,
+    lacks_index,
     located,
     opened_layer,
 )
@@ -181,3 +182,18 @@ def test_a_tag_is_the_last_eight_bytes_of_a_key() -> None:
     assert tags[0] == tags[1] == int.from_bytes(SHARED_TAIL, "big", signed=True)
     assert tags[2] == ord("k") and tags[3] == 0
     assert tags[4] == int.from_bytes(KEYS[0][-8:], "big", signed=True)
+
+
+def test_a_layer_whose_messages_name_no_instance_has_an_index_that_finds_none(
+    tmp_path: Path,
+) -> None:
+    """Schema messages, undecodable payloads: no key. The layer still has its index (so
+    the index step does not chain every log again for want of one), and it finds none."""
+    rows = [message(seq, SCHEMAS[0], None, None, KEYS[0]) for seq in range(30)]
+    with tuned(replace(tuning(), key_index_messages=0)):
+        write_layer(tmp_path, rows, 2)
+        assert index_layer(str(tmp_path))
+        assert not lacks_index(str(tmp_path), len(rows))
+    assert opened_layer(str(tmp_path)).index is not None
+    assert kept(located(str(tmp_path), [KEYS[0]], None), [KEYS[0]], None) == []
+    assert list(located(str(tmp_path), [KEYS[0]], None).get_fragments()) == []

@@ -226,7 +226,9 @@ def opened_layer(root: str) -> Layer:
     metadata = pq.ParquetFile(path, filesystem=filesystem).metadata
     kept = metadata.metadata or {}
     indexed_files = tuple(json.loads(kept.get(FILES, b"[]")))
-    ranges = [metadata.row_group(g).column(0).statistics for g in range(metadata.num_row_groups)]
+    # An index of no key (a layer whose messages name no instance) is one empty row group.
+    groups = range(metadata.num_row_groups) if metadata.num_rows else range(0)
+    ranges = [metadata.row_group(g).column(0).statistics for g in groups]
     every_file = sorted(f for names in files.values() for f in names)
     if sorted(indexed_files) != every_file or any(r is None or not r.has_min_max for r in ranges):
         return unindexed  # not this layer's index: never so for a committed layer
