@@ -49,6 +49,7 @@ from p2panda_assets.tuning import tuning
 
 INDEX_FILE = "_keys.parquet"
 TAGS_PER_GROUP = 1_024  # the index's own row groups: what a lookup of one key reads
+WRITTEN_AT_ONCE = 64 * TAGS_PER_GROUP  # index rows encoded at a time
 # Where the keys' row groups are more than this share of a schema's, its files are read
 # whole: reading row groups picked by the index cost more than reading all of them (1M
 # store: 400 keys over 20 schemas, 254 of 267 row groups, 0.36-0.47 s against 0.23 s).
@@ -102,20 +103,21 @@ def index_layer(root: str) -> bool:
         for parts in zip(*map(_tags_of, opened, range(len(opened))), strict=True)
     )
     order = np.argsort(tags, kind="stable")
-    columns = [pa.array(tags[order]), pa.array(places[order]), pa.array(groups[order])]
-    index = pa.table(columns, schema=INDEX_ARROW)
-    staged = f"{directory}/_keys-{secrets.token_hex(6)}.parquet"
     row_groups: dict[str, int] = {}
     for name, parquet in zip(files, opened, strict=True):
         schema = name.split("/", 1)[0].removeprefix(SCHEMA_DIR)
         row_groups[schema] = row_groups.get(schema, 0) + parquet.metadata.num_row_groups
     metadata = {FILES: json.dumps(files).encode(), ROW_GROUPS: json.dumps(row_groups).encode()}
-    pq.write_table(
-        index.replace_schema_metadata(metadata),
-        staged,
-        filesystem=filesystem,
-        row_group_size=TAGS_PER_GROUP,
-    )
+    staged = f"{directory}/_keys-{secrets.token_hex(6)}.parquet"
+    # Written a slice of the sorted order at a time, not as one table encoded at once (a
+    # first run of 5M: the process's peak 694 MiB against 771 MiB).
+    with pq.ParquetWriter(
+        staged, INDEX_ARROW.with_metadata(metadata), filesystem=filesystem
+    ) as out:
+        for start in range(0, len(order), WRITTEN_AT_ONCE):
+            taken = order[start : start + WRITTEN_AT_ONCE]
+            columns = [pa.array(tags[taken]), pa.array(places[taken]), pa.array(groups[taken])]
+            out.write_table(pa.table(columns, schema=INDEX_ARROW), row_group_size=TAGS_PER_GROUP)
     filesystem.move(staged, f"{directory}/{INDEX_FILE}")
     return True
 
