@@ -90,11 +90,8 @@ def index_layer(root: str) -> bool:
         filesystem, directory = layer_filesystem(root)
     except LocalReadUnavailable:
         return False
-    files = [
-        f"{name}/{file}"
-        for name in _schema_dirs(filesystem, directory)
-        for file in _files(filesystem, f"{directory}/{name}")
-    ]
+    by_schema = _layer_files(filesystem, directory)
+    files = [name for names in by_schema.values() for name in names]
     opened = [pq.ParquetFile(f"{directory}/{name}", filesystem=filesystem) for name in files]
     if sum(parquet.metadata.num_rows for parquet in opened) < tuning().key_index_messages:
         return False
@@ -103,10 +100,8 @@ def index_layer(root: str) -> bool:
         for parts in zip(*map(_tags_of, opened, range(len(opened))), strict=True)
     )
     order = np.argsort(tags, kind="stable")
-    row_groups: dict[str, int] = {}
-    for name, parquet in zip(files, opened, strict=True):
-        schema = name.split("/", 1)[0].removeprefix(SCHEMA_DIR)
-        row_groups[schema] = row_groups.get(schema, 0) + parquet.metadata.num_row_groups
+    counts = iter(parquet.metadata.num_row_groups for parquet in opened)  # in `files` order
+    row_groups = {schema: sum(next(counts) for _ in names) for schema, names in by_schema.items()}
     metadata = {FILES: json.dumps(files).encode(), ROW_GROUPS: json.dumps(row_groups).encode()}
     staged = f"{directory}/_keys-{secrets.token_hex(6)}.parquet"
     # Written a slice of the sorted order at a time, not as one table encoded at once (a
@@ -133,38 +128,39 @@ def _tags_of(parquet: pq.ParquetFile, place: int) -> tuple[np.ndarray, ...]:
     return tags, np.full(len(tags), place, np.int32), groups
 
 
-def _schema_dirs(filesystem: pafs.FileSystem, directory: str) -> list[str]:
-    """The names of the `schema=` directories of the layer at `directory`."""
+def _layer_files(filesystem: pafs.FileSystem, directory: str) -> dict[str, list[str]]:
+    """The Parquet files of the layer at `directory` by schema (from its `schema=`
+    directories), each named from the layer's root, as readers find them (none starts
+    with `_` or `.`)."""
+    return {
+        name.removeprefix(SCHEMA_DIR): [
+            f"{name}/{info.base_name}"
+            for info in _listed(filesystem, f"{directory}/{name}")
+            if info.is_file
+            and info.base_name.endswith(".parquet")
+            and info.base_name[0] not in "_."
+        ]
+        for name in (
+            info.base_name
+            for info in _listed(filesystem, directory)
+            if info.type == pafs.FileType.Directory and info.base_name.startswith(SCHEMA_DIR)
+        )
+    }
+
+
+def _listed(filesystem: pafs.FileSystem, directory: str) -> list[pafs.FileInfo]:
+    """What is directly in `directory`, by name."""
     found = filesystem.get_file_info(pafs.FileSelector(directory))
-    return sorted(
-        info.base_name
-        for info in found
-        if info.type == pafs.FileType.Directory and info.base_name.startswith(SCHEMA_DIR)
-    )
+    return sorted(found, key=lambda info: info.base_name)
 
 
-def _files(filesystem: pafs.FileSystem, directory: str) -> list[str]:
-    """The names of the Parquet files in a schema's directory of a layer, as readers
-    find them (none starts with `_` or `.`)."""
-    found = filesystem.get_file_info(pafs.FileSelector(directory))
-    return sorted(
-        info.base_name
-        for info in found
-        if info.is_file and info.base_name.endswith(".parquet") and info.base_name[0] not in "_."
-    )
-
-
-def lacks_index(root: str, messages: int) -> bool:
-    """Whether the committed layer at `root`, of `messages` messages, should have a key
-    index and has none: written by a release before key indexes (`index_layer` writes
-    one for every layer of `key_index_messages` or more that pyarrow can open)."""
-    if messages < tuning().key_index_messages:
-        return False
+def lacks_index(root: str) -> bool:
+    """Whether the committed layer at `root` has no key index though pyarrow can open
+    it (`index_layer` wrote none: the layer is small, or an earlier release wrote it)."""
     try:
-        layer_filesystem(root)
+        return opened_layer(root).index is None
     except LocalReadUnavailable:
         return False
-    return opened_layer(root).index is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,18 +204,18 @@ def opened_layer(root: str) -> Layer:
     the footers' statistics skip: 0.01 s opened anew, 0.002 s kept."""
     filesystem, directory = layer_filesystem(root)
     files = {
-        name.removeprefix(SCHEMA_DIR): {
-            f"{name}/{file}": cast(
+        schema: {
+            name: cast(
                 ds.ParquetFileFragment,
                 PARQUET.make_fragment(
-                    f"{directory}/{name}/{file}",
+                    f"{directory}/{name}",
                     filesystem=filesystem,
-                    partition_expression=pc.field("schema") == name.removeprefix(SCHEMA_DIR),
+                    partition_expression=pc.field("schema") == schema,
                 ),
             )
-            for file in _files(filesystem, f"{directory}/{name}")
+            for name in names
         }
-        for name in _schema_dirs(filesystem, directory)
+        for schema, names in _layer_files(filesystem, directory).items()
     }
     unindexed = Layer(filesystem, directory, files, {}, None, (), (), ())
     path = f"{directory}/{INDEX_FILE}"

@@ -192,13 +192,16 @@ def _first_run_unindexed(
     conn: psycopg.Connection, warehouse: Warehouse, state: state_sql.PipelineState
 ) -> bool:
     """Whether the first run, which merges never rewrite, was written without a key
-    index that it should have (`key_index.lacks_index`): chaining every log again, once,
-    writes it in row groups with its index, so that increments stop reading every message
-    of their schemas (about a minute at 1M entries)."""
+    index that it should have (`key_index.lacks_index`, and `key_index_messages` or
+    more): chaining every log again, once, writes it in row groups with its index, so
+    that increments stop reading every message of their schemas (about a minute at 1M
+    entries). The layer's footers are kept a process, so a run asks the store for its
+    size only when it has no index."""
     first = state.layers[0]
+    if not lacks_index(warehouse.chained(first)):
+        return False
     kept = state_sql.layer_digests(conn, [first]).get(first)
-    messages = sum(row[3] for row in kept) if kept is not None else 0
-    return lacks_index(warehouse.chained(first), messages)
+    return kept is not None and sum(row[3] for row in kept) >= tuning().key_index_messages
 
 
 def _tips(
